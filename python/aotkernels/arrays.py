@@ -1,0 +1,234 @@
+"""Framework adapters: any CUDA array in, the caller's framework out, on the caller's stream.
+
+An adapter reads an array's pointer, shape, strides (in elements), dtype and device without
+copying, allocates outputs with the framework's own allocator (torch, CuPy) or through DLPack
+(JAX and other DLPack / ``__cuda_array_interface__`` producers), and names the framework's
+current stream. Adapters are chosen once per array type and cached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+__all__ = [
+    "ITEMSIZE",
+    "ArrayInfo", "Framework", "dtype_name", "framework_of", "stream_handle"]
+
+# Our dtype names and how they are spelled elsewhere.
+LONG_NAMES = {
+    "f32": "float32", "f16": "float16", "bf16": "bfloat16", "int8": "int8",
+    "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2", "int32": "int32", "f64": "float64",
+}  # fmt: skip
+_BY_LONG = {v: k for k, v in LONG_NAMES.items()}
+ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "int8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "int32": 4,
+            "f64": 8}
+# DLPack (type code, bits) -> our name: 0 int, 1 uint, 2 float, 4 bfloat.
+_DLPACK_DTYPES = {(2, 32): "f32", (2, 16): "f16", (4, 16): "bf16", (0, 8): "int8",
+                  (0, 32): "int32", (2, 64): "f64"}  # fmt: skip
+_DLPACK_CODES = {v: k for k, v in _DLPACK_DTYPES.items()}
+_CAI_DTYPES = {"<f4": "f32", "<f2": "f16", "|i1": "int8", "<i4": "int32", "<f8": "f64"}
+_KDLCUDA = 2
+
+
+def dtype_name(dt: str) -> str:
+    """``"bf16"`` -> ``"bfloat16"`` for messages; other spellings pass through."""
+    return LONG_NAMES.get(dt, dt)
+
+
+class ArrayInfo(NamedTuple):
+    obj: Any
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in elements
+    dtype: str  # our name (f32, bf16, ...) or the framework's spelling when we have none
+    device: int  # CUDA ordinal
+    fw: Framework
+
+
+class Framework:
+    """Base adapter; one subclass per framework family."""
+
+    name = "dlpack"
+    mutable = True
+
+    def info(self, x: Any, op: str, arg: str, stream: int) -> ArrayInfo:
+        raise NotImplementedError
+
+    def current_stream(self, device: int) -> int:
+        return 0  # the legacy default stream
+
+    def empty(self, like: ArrayInfo, shape: Sequence[int], dtype: str) -> Any:
+        from . import _core, device
+
+        ctx = device.device_info(like.device).context
+        code, bits = _DLPACK_CODES[dtype]
+        return _core.empty(ctx, like.device, list(shape), code, bits)
+
+    def finish(self, out: Any, stream: int) -> Any:
+        return out
+
+
+def _not_cuda(op: str, arg: str, where: str) -> ValueError:
+    return ValueError(f"{op}: {arg} must be on a CUDA device, got an array on {where}")
+
+
+class _Torch(Framework):
+    name = "torch"
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        self.to_ours = {
+            torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+            torch.int8: "int8", torch.int32: "int32", torch.float64: "f64",
+            torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2",
+        }  # fmt: skip
+        self.to_torch = {v: k for k, v in self.to_ours.items()}
+        self._stream = torch._C._cuda_getCurrentRawStream
+
+    def info(self, x: Any, op: str, arg: str, stream: int) -> ArrayInfo:
+        dev = x.get_device()
+        if dev < 0:
+            raise _not_cuda(op, arg, str(x.device))
+        dt = self.to_ours.get(x.dtype) or str(x.dtype).removeprefix("torch.")
+        return ArrayInfo(x, x.data_ptr(), tuple(x.shape), x.stride(), dt, dev, self)
+
+    def current_stream(self, device: int) -> int:
+        return int(self._stream(device))
+
+    def empty(self, like: ArrayInfo, shape: Sequence[int], dtype: str) -> Any:
+        return like.obj.new_empty(shape, dtype=self.to_torch[dtype])
+
+
+class _CuPy(Framework):
+    name = "cupy"
+
+    def __init__(self) -> None:
+        import cupy
+
+        self.cupy = cupy
+
+    def info(self, x: Any, op: str, arg: str, stream: int) -> ArrayInfo:
+        item = x.itemsize
+        strides = tuple(s // item for s in x.strides)
+        if any(s % item for s in x.strides):
+            raise ValueError(f"{op}: {arg} strides must be multiples of the item size, got "
+                             f"{x.strides}")
+        dt = _BY_LONG.get(x.dtype.name, x.dtype.name)
+        return ArrayInfo(x, x.data.ptr, x.shape, strides, dt, x.device.id, self)
+
+    def current_stream(self, device: int) -> int:
+        with self.cupy.cuda.Device(device):
+            return int(self.cupy.cuda.get_current_stream().ptr)
+
+    def empty(self, like: ArrayInfo, shape: Sequence[int], dtype: str) -> Any:
+        with self.cupy.cuda.Device(like.device):
+            return self.cupy.empty(tuple(shape), dtype=LONG_NAMES[dtype])
+
+
+class _DLPack(Framework):
+    """JAX and any other ``__dlpack__`` producer."""
+
+    def info(self, x: Any, op: str, arg: str, stream: int) -> ArrayInfo:
+        from . import _core
+
+        dev_type, dev_id = x.__dlpack_device__()
+        if dev_type != _KDLCUDA:
+            raise _not_cuda(op, arg, f"DLPack device type {dev_type}")
+        # stream=: the producer makes the data ready on our stream (1 = legacy default stream).
+        cap = x.__dlpack__(stream=stream or 1)
+        ptr, _t, dev, code, bits, lanes, shape, strides = _core.dlpack_info(cap)
+        dt = _DLPACK_DTYPES.get((code, bits)) if lanes == 1 else None
+        return ArrayInfo(x, ptr, shape, strides, dt or f"dlpack(code={code}, bits={bits})", dev,
+                         self)
+
+
+class _Jax(_DLPack):
+    name = "jax"
+    mutable = False  # JAX arrays are immutable: no out=
+
+    def finish(self, out: Any, stream: int) -> Any:
+        import jax.dlpack
+
+        from . import device
+
+        # JAX reads the result on its own streams, which do not wait for ours.
+        cu = device.cuda_driver()
+        cu.cuStreamSynchronize(stream)
+        return jax.dlpack.from_dlpack(out)
+
+
+class _CudaArrayInterface(Framework):
+    """numba, cuda.core and other ``__cuda_array_interface__`` producers."""
+
+    name = "cuda_array_interface"
+
+    def info(self, x: Any, op: str, arg: str, stream: int) -> ArrayInfo:
+        from . import device
+
+        cai = x.__cuda_array_interface__
+        ptr = int(cai["data"][0])
+        shape = tuple(cai["shape"])
+        dt = _CAI_DTYPES.get(cai["typestr"], cai["typestr"])
+        item = int(cai["typestr"][2:])
+        if cai.get("strides") is None:
+            strides, s = [], 1
+            for n in reversed(shape):
+                strides.insert(0, s)
+                s *= n
+        else:
+            strides = [b // item for b in cai["strides"]]
+        cu = device.cuda_driver()
+        if cai.get("stream") not in (None, stream):
+            cu.cuStreamSynchronize(cai["stream"])  # the protocol's producer-stream handshake
+        dev = 0
+        if ptr:
+            attr = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+            err, dev = cu.cuPointerGetAttribute(attr, ptr)
+            if err != cu.CUresult.CUDA_SUCCESS:
+                raise _not_cuda(op, arg, "host memory")
+        return ArrayInfo(x, ptr, shape, tuple(strides), dt, int(dev), self)
+
+
+_cache: dict[type, Framework] = {}
+
+
+def framework_of(x: Any, op: str, arg: str) -> Framework:
+    """The adapter for ``x``'s type; ``TypeError`` if ``x`` is not an array we can read."""
+    t = type(x)
+    fw = _cache.get(t)
+    if fw is None:
+        mod = t.__module__.split(".", 1)[0]
+        if mod == "torch":
+            fw = _Torch()
+        elif mod == "cupy":
+            fw = _CuPy()
+        elif mod in ("jax", "jaxlib"):
+            fw = _Jax()
+        elif hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+            fw = _DLPack()
+        elif hasattr(x, "__cuda_array_interface__"):
+            fw = _CudaArrayInterface()
+        else:
+            raise TypeError(
+                f"{op}: {arg} must be a CUDA array (torch, CuPy, JAX, or any object with "
+                f"__dlpack__ or __cuda_array_interface__), got {t.__module__}.{t.__qualname__}"
+            )
+        _cache[t] = fw
+    return fw
+
+
+def stream_handle(stream: Any) -> int:
+    """An int handle from ``stream=``: an int, ``__cuda_stream__``, torch or CuPy streams."""
+    if isinstance(stream, int):
+        return stream
+    if hasattr(stream, "__cuda_stream__"):
+        return int(stream.__cuda_stream__()[1])
+    for attr in ("cuda_stream", "ptr", "handle"):
+        if hasattr(stream, attr):
+            return int(getattr(stream, attr))
+    raise TypeError(
+        f"stream must be an int handle or an object with __cuda_stream__, got {type(stream)}"
+    )

@@ -1,0 +1,163 @@
+"""The ``aotkernels`` command: matrix, inspect, doctor, bench.
+
+Tables through rich; ``--json`` prints the machine-readable shapes DESIGN.md fixes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+def _table(title: str, *columns: str) -> Any:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for c in columns:
+        t.add_column(c)
+    return t
+
+
+def _cmd_matrix(args: argparse.Namespace) -> int:
+    from . import matrix
+
+    data = matrix()
+    if args.family:
+        if args.family not in data["families"]:
+            print(f"aotkernels matrix: unknown family {args.family!r} (families: "
+                  f"{', '.join(data['families'])})", file=sys.stderr)
+            return 2
+        data["families"] = {args.family: data["families"][args.family]}
+    if args.json:
+        print(json.dumps(data, indent=1))
+        return 0
+    con = _console()
+    if not args.family:
+        t = _table("targets", "target", "cc", "kind", "features")
+        kinds = {"": "generic", "a": "arch-specific", "f": "family-specific"}
+        for tg in data["targets"]:
+            t.add_row(tg["name"], tg["cc"], kinds[tg["variant"]], " ".join(tg["features"]))
+        con.print(t)
+    t = _table("families", "family", "ops", "dtypes", "targets", "ptx")
+    for name, f in data["families"].items():
+        t.add_row(name, " ".join(f["ops"]), " ".join(f["dtypes"]), " ".join(f["targets"]),
+                  " ".join(f["ptx"]))
+    con.print(t)
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from .contents import inspect_path
+
+    try:
+        data = inspect_path(args.path)
+    except (OSError, ValueError) as e:
+        print(f"aotkernels inspect: {e}", file=sys.stderr)
+        return 2
+    bad = [n for n, f in data["families"].items() if f.get("problems")]
+    if args.json:
+        print(json.dumps(data, indent=1))
+        return 1 if bad else 0
+    con = _console()
+    m = data["manifest"]
+    head = f"{data['source']}"
+    if m:
+        head += f" — aotkernels {m['package_version']}, CUDA {m['toolkit_full']}"
+        head += f", driver >= {m['driver_floor']}"
+    if "wheel_bytes" in data:
+        head += f", wheel {data['wheel_bytes']:,} B"
+    con.print(head)
+    t = _table("images", "family", "target", "kind", "PTX ISA", "compressed", "bytes",
+               "uncompressed")
+    for name, f in data["families"].items():
+        for i in f["images"]:
+            t.add_row(name, i["target"], i["kind"], i["ptx_isa"] or "",
+                      i["compression"] or "no", f"{i['bytes']:,}", f"{i['uncompressed_bytes']:,}")
+    con.print(t)
+    t = _table("families", "family", "file bytes", "dtypes", "ops", "manifest check")
+    for name, f in data["families"].items():
+        check = "ok" if f.get("verified") else "; ".join(f.get("problems", [])) or "no manifest"
+        t.add_row(name, f"{f['bytes']:,}", " ".join(f.get("dtypes", [])),
+                  " ".join(f.get("ops", [])), check)
+    con.print(t)
+    con.print(f"total fatbin bytes: {data['total_bytes']:,}")
+    return 1 if bad else 0
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import report
+    from .errors import AotKernelsError
+
+    try:
+        rep = report(args.arch, args.driver)
+    except (AotKernelsError, ValueError) as e:
+        print(f"aotkernels doctor: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(rep, indent=1))
+        return 0
+    con = _console()
+    p = rep["package"]
+    con.print(f"aotkernels {p['version']} built with CUDA {p['toolkit']} "
+              f"(needs a driver for CUDA >= {p['driver_floor']})")
+    con.print(f"driver: CUDA {rep['driver']}" if rep["driver"] else
+              f"driver: none ({rep.get('driver_error', 'not found')})")
+    if "simulated" in rep:
+        s = rep["simulated"]
+        con.print(f"simulating compute capability {s['cc']} under a CUDA {s['driver']} driver")
+    for d in rep["devices"]:
+        title = (f"device {d['index']}: {d['name']} (cc {d['cc']}, {d['sm_count']} SMs)"
+                 if d["index"] is not None else f"simulated device (cc {d['cc']})")
+        t = _table(title, "family", "image", "why")
+        for fam, c in d["families"].items():
+            t.add_row(fam, c["image"] or "[red]none[/red]", c["reason"])
+        con.print(t)
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import main as bench_main
+
+    return bench_main(args.bench_args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="aotkernels", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("matrix", help="targets, dtypes and families of the arch matrix")
+    p.add_argument("--family", help="show one family")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_matrix)
+    p = sub.add_parser("inspect", help="what a wheel, install, folder or .fatbin holds")
+    p.add_argument("path", nargs="?", help="default: this installed package")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_inspect)
+    p = sub.add_parser("doctor", help="this machine's GPUs and the image each family runs")
+    p.add_argument("--arch", help="simulate a device of this compute capability, e.g. 8.7")
+    p.add_argument("--driver", help="simulate a driver of this CUDA version, e.g. 12.4")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_doctor)
+    p = sub.add_parser("bench", help="benchmarks on this GPU (see aotkernels bench --help)",
+                       add_help=False)
+    p.add_argument("bench_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_bench)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""Loading: once per (family, device), thread-safe, context-independent.
+
+The dispatcher's chosen image is cut out of the family's fatbin (``fatbin.extract_image``) and
+given to ``cuLibraryLoadData``, so the driver runs exactly that image; kernels are fetched with
+``cuLibraryGetKernel``. Each fatbin's sha256 is checked against the manifest before its first
+load. ``preload()`` does all of this ahead of time, e.g. before a CUDA-graph capture.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import device as _device
+from ._paths import KERNELS_DIR, matrix_path
+from .errors import AotKernelsError
+from .fatbin import FatbinError, extract_image, read_fatbin
+from .manifest import ManifestError, load_manifest
+from .select import Choice, choose_image
+
+__all__ = ["LoadedFamily", "family_on", "manifest", "preload", "choice_for"]
+
+
+@dataclass
+class LoadedFamily:
+    name: str
+    device: _device.DeviceInfo
+    choice: Choice
+    library: Any
+    blob: bytes  # the image given to cuLibraryLoadData, held for the library's lifetime
+    params: struct.Struct
+    launch: Callable[..., None]  # _core.launch, bound here so the hot path skips an import
+    kernels: dict[str, int] = field(default_factory=dict)
+    binary_version: int = 0  # CU_FUNC_ATTRIBUTE_BINARY_VERSION of the loaded image, e.g. 90
+    ptx_version: int = 0  # CU_FUNC_ATTRIBUTE_PTX_VERSION, e.g. 75 for compute_75
+
+
+_lock = threading.Lock()
+_manifest: dict[str, Any] | None = None
+_fatbins: dict[str, bytes] = {}
+_loaded: dict[tuple[str, int], LoadedFamily] = {}
+
+
+def manifest() -> dict[str, Any]:
+    """The installed build's manifest (read once)."""
+    global _manifest
+    if _manifest is None:
+        try:
+            m = load_manifest(KERNELS_DIR)
+        except ManifestError as e:
+            raise AotKernelsError(str(e)) from None
+        _manifest = m
+    return _manifest
+
+
+def _matrix_targets() -> dict[str, tuple[int, int]]:
+    from .matrix import load_matrix
+
+    try:
+        return {n: t.cc for n, t in load_matrix(matrix_path(), check_sources=False).targets.items()}
+    except (OSError, ValueError):
+        return {}
+
+
+def _family_manifest(name: str) -> dict[str, Any]:
+    fams = manifest()["families"]
+    if name not in fams:
+        raise NotImplementedError(
+            f"family {name!r} is not in this build (built: {', '.join(fams) or 'none'}; "
+            "AOTKERNELS_FAMILIES may have left it out)"
+        )
+    return dict(fams[name])
+
+
+def force_ptx() -> bool:
+    return os.environ.get("CUDA_FORCE_PTX_JIT", "") not in ("", "0")
+
+
+def _check_driver_floor() -> tuple[int, int]:
+    from .errors import DriverTooOldError
+
+    drv = _device.driver_version()
+    floor = tuple(int(v) for v in str(manifest()["driver_floor"]).split("."))
+    if drv < floor:
+        raise DriverTooOldError(
+            f"this aotkernels build (CUDA {manifest()['toolkit']}) needs a driver supporting "
+            f"CUDA >= {manifest()['driver_floor']}; the installed driver supports CUDA "
+            f"{drv[0]}.{drv[1]}"
+        )
+    return drv
+
+
+def choice_for(name: str, dev: _device.DeviceInfo) -> Choice:
+    drv = _check_driver_floor()
+    return choose_image(
+        name,
+        _family_manifest(name),
+        dev.cc,
+        drv,
+        device=f"device {dev.index} ({dev.name})",
+        force_ptx=force_ptx(),
+        matrix_targets=_matrix_targets(),
+    )
+
+
+def _fatbin_bytes(name: str, fam: dict[str, Any]) -> bytes:
+    data = _fatbins.get(name)
+    if data is None:
+        path = KERNELS_DIR / fam["file"]
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise AotKernelsError(f"{path}: cannot read the fatbin: {e}") from None
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != fam["sha256"]:
+            raise AotKernelsError(
+                f"{path}: sha256 {digest} does not match the manifest's {fam['sha256']} "
+                "(the file is damaged or from another build)"
+            )
+        _fatbins[name] = data
+    return data
+
+
+def _load(name: str, dev: _device.DeviceInfo) -> LoadedFamily:
+    cu = _device.cuda_driver()
+    fam = _family_manifest(name)
+    choice = choice_for(name, dev)
+    data = _fatbin_bytes(name, fam)
+    try:
+        image = next(
+            i for i in read_fatbin(data) if i.target == choice.target and
+            i.kind == choice.image["kind"]
+        )
+    except (FatbinError, StopIteration):
+        raise AotKernelsError(
+            f"{KERNELS_DIR / fam['file']}: image {choice.target} listed in the manifest is "
+            "not in the fatbin"
+        ) from None
+    blob = extract_image(data, image)
+    err, lib = cu.cuLibraryLoadData(blob, None, None, 0, None, None, 0)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise AotKernelsError(
+            f"{KERNELS_DIR / fam['file']}: the driver could not load image {choice.target}: "
+            f"{err.name}"
+        )
+    from . import _core
+
+    loaded = LoadedFamily(
+        name, dev, choice, lib, blob, struct.Struct(fam["param_format"]), _core.launch
+    )
+    attr = cu.CUfunction_attribute
+    err, cudev = cu.cuDeviceGet(dev.index)
+    for entry in fam["entries"]:
+        err, kernel = cu.cuLibraryGetKernel(lib, entry["symbol"].encode())
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise AotKernelsError(
+                f"{KERNELS_DIR / fam['file']}: entry point {entry['symbol']} not found in image "
+                f"{choice.target}: {err.name}"
+            )
+        loaded.kernels[entry["symbol"]] = int(kernel)
+        if not loaded.binary_version:
+            _, loaded.binary_version = cu.cuKernelGetAttribute(
+                attr.CU_FUNC_ATTRIBUTE_BINARY_VERSION, kernel, cudev
+            )
+            _, loaded.ptx_version = cu.cuKernelGetAttribute(
+                attr.CU_FUNC_ATTRIBUTE_PTX_VERSION, kernel, cudev
+            )
+    return loaded
+
+
+def family_on(name: str, device_index: int) -> LoadedFamily:
+    """The loaded family on a device; the first call loads it (once, whatever the threads)."""
+    key = (name, device_index)
+    loaded = _loaded.get(key)
+    if loaded is None:
+        dev = _device.device_info(device_index)
+        with _lock:
+            loaded = _loaded.get(key)
+            if loaded is None:
+                loaded = _load(name, dev)
+                _loaded[key] = loaded
+    return loaded
+
+
+def preload(families: Iterable[str] | str | None = None, device: int | None = None) -> None:
+    """Load ``families`` (default: all built) on ``device`` (default: every device) now.
+
+    Call it before capturing a CUDA graph, so the capture never triggers a load.
+    """
+    if isinstance(families, str):
+        families = [families]
+    names = list(families) if families is not None else list(manifest()["families"])
+    devices = [device] if device is not None else range(_device.device_count())
+    for d in devices:
+        for name in names:
+            family_on(name, d)

@@ -1,0 +1,171 @@
+"""What every op shares: argument intake, validation messages, output allocation, launch.
+
+Validation happens here, before any launch, with the messages RELIABILITY.md fixes:
+"<op>: <arg> must be <expected>, got <actual>".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from .. import loader as _loader
+from ..arrays import ArrayInfo, Framework, dtype_name, framework_of, stream_handle
+from ..errors import AotKernelsError
+
+__all__ = [
+    "Call", "check_dtype", "finish", "joint_rows_view", "launch", "operand", "output", "prepare",
+    "rows_view",
+]
+
+
+class Call(NamedTuple):
+    """An op's primary input, read once, with the stream it will run on."""
+
+    x: ArrayInfo
+    stream: int
+
+
+def prepare(op: str, x: Any, stream: Any, arg: str = "x") -> Call:
+    """Read ``x`` and choose the stream: ``stream=``, else the framework's current one."""
+    fw = framework_of(x, op, arg)
+    if stream is None:
+        # The framework's current stream of x's device. torch/CuPy need the device first.
+        if fw.name in ("torch", "cupy"):
+            info = fw.info(x, op, arg, 0)
+            return Call(info, fw.current_stream(info.device))
+        s = 0
+    else:
+        s = stream_handle(stream)
+    return Call(fw.info(x, op, arg, s), s)
+
+
+def operand(op: str, arg: str, y: Any, call: Call) -> ArrayInfo:
+    """A further input: same framework family rules, same device as ``x``."""
+    info = framework_of(y, op, arg).info(y, op, arg, call.stream)
+    if info.device != call.x.device:
+        raise ValueError(
+            f"{op}: {arg} must be on the same device as x (cuda:{call.x.device}), got "
+            f"cuda:{info.device}"
+        )
+    return info
+
+
+def check_dtype(op: str, arg: str, info: ArrayInfo, allowed: Sequence[str]) -> None:
+    if info.dtype not in allowed:
+        names = ", ".join(dtype_name(d) for d in allowed)
+        raise TypeError(f"{op}: {arg}.dtype must be one of {names}, got {dtype_name(info.dtype)}")
+
+
+def rows_view(op: str, arg: str, info: ArrayInfo) -> tuple[int, int, int]:
+    """View ``info`` as [rows, cols] with contiguous cols and one row stride (in elements).
+
+    Contiguous arrays become one row. Otherwise the last dim must be contiguous and the leading
+    dims must collapse into one row stride (e.g. ``x[:, :h]``, ``x[::2]``); anything else
+    (transposed, broadcast last dim) is a ``ValueError``: we never guess at a layout.
+    """
+    shape, strides = info.shape, info.strides
+    if not shape:
+        return 1, 1, 1
+    n = math.prod(shape)
+    expected, contiguous = 1, True
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if size != 1 and stride != expected:
+            contiguous = False
+            break
+        expected *= size
+    if contiguous:
+        return 1, n, n
+    cols = shape[-1]
+    if cols != 1 and strides[-1] != 1:
+        raise ValueError(
+            f"{op}: {arg} must have a contiguous last dimension (stride 1), got strides "
+            f"{tuple(strides)} for shape {tuple(shape)}; pass a contiguous copy"
+        )
+    lead = [(s, st) for s, st in zip(shape[:-1], strides[:-1]) if s != 1]
+    if not lead:
+        return 1, cols, cols
+    row_stride = lead[-1][1]
+    step = row_stride
+    for size, stride in reversed(lead):
+        if stride != step:
+            raise ValueError(
+                f"{op}: {arg}'s leading dimensions must collapse into one row stride, got "
+                f"strides {tuple(strides)} for shape {tuple(shape)}; pass a contiguous copy"
+            )
+        step = stride * size
+    return n // cols, cols, row_stride
+
+
+def joint_rows_view(op: str, views: Sequence[tuple[str, ArrayInfo]]) -> tuple[int, int, list[int]]:
+    """One [rows, cols] split that fits every array of the same shape, with each row stride.
+
+    Arrays that are all contiguous share one long row; as soon as one is only row-strided,
+    every array is split at its last dimension (a contiguous array's row stride is then cols).
+    """
+    splits = [rows_view(op, arg, info) for arg, info in views]
+    if all(sp[:2] == splits[0][:2] for sp in splits):
+        return splits[0][0], splits[0][1], [sp[2] for sp in splits]
+    shape = views[0][1].shape
+    cols = shape[-1]
+    rows = math.prod(shape) // cols
+    return rows, cols, [sp[2] if sp[1] == cols else cols for sp in splits]
+
+
+def output(
+    op: str, call: Call, out: Any, shape: Sequence[int], dtype: str
+) -> tuple[Any, ArrayInfo]:
+    """Allocate the result with x's framework, or validate ``out=`` against shape and dtype."""
+    fw: Framework = call.x.fw
+    if out is None:
+        obj = fw.empty(call.x, shape, dtype)
+        if fw.name in ("torch", "cupy"):
+            return obj, fw.info(obj, op, "out", call.stream)
+        return obj, _raw(obj, call, shape, dtype)  # our own DLPack buffer
+    if not fw.mutable:
+        raise TypeError(f"{op}: out= is not supported for {fw.name} arrays (they are immutable)")
+    info = operand(op, "out", out, call)
+    if tuple(info.shape) != tuple(shape):
+        raise ValueError(f"{op}: out.shape must be {tuple(shape)}, got {tuple(info.shape)}")
+    if info.dtype != dtype:
+        raise TypeError(
+            f"{op}: out.dtype must be {dtype_name(dtype)}, got {dtype_name(info.dtype)}"
+        )
+    return out, info
+
+
+def _raw(obj: Any, call: Call, shape: Sequence[int], dtype: str) -> ArrayInfo:
+    """ArrayInfo of a freshly allocated contiguous DLPack buffer (JAX outputs)."""
+    from .. import _core
+
+    ptr = _core.dlpack_info(obj.__dlpack__())[0]
+    strides, s = [], 1
+    for n in reversed(shape):
+        strides.insert(0, s)
+        s *= n
+    return ArrayInfo(obj, ptr, tuple(shape), tuple(strides), dtype, call.x.device, call.x.fw)
+
+
+def launch(
+    family: str,
+    symbol: str,
+    device: int,
+    grid: tuple[int, int],
+    block: tuple[int, int],
+    stream: int,
+    *params: Any,
+) -> None:
+    """The one launch path: pack ``params`` by the manifest's layout and launch."""
+    fam = _loader.family_on(family, device)
+    try:
+        fam.launch(
+            fam.kernels[symbol], fam.device.context, grid[0], grid[1], 1, block[0], block[1], 1,
+            0, stream, fam.params.pack(*params),
+        )  # fmt: skip
+    except RuntimeError as e:
+        raise AotKernelsError(f"{symbol}: {e}") from None
+
+
+def finish(call: Call, out_obj: Any, allocated: bool) -> Any:
+    return call.x.fw.finish(out_obj, call.stream) if allocated else out_obj

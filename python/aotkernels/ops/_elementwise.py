@@ -1,0 +1,44 @@
+"""Launch configuration for row-wise elementwise kernels (activation, gated).
+
+Heuristic, per [rows, cols] view of V-wide vectors (V = 16 bytes / item size):
+  * block.x covers one row's vectors, rounded to a power of two in [32, 256]; block.y stacks
+    rows so a block always has 256 threads (short rows still fill the block);
+  * grid.x covers the row with each thread taking ``unroll`` vectors; grid.y covers the rows
+    (<= 65535, the kernels loop beyond);
+  * the grid is capped at 32 blocks per SM: the kernels grid-stride, and more blocks than
+    that only adds scheduling overhead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+THREADS = 256
+BLOCKS_PER_SM = 32
+MAX_GRID_Y = 65535
+
+
+@dataclass(frozen=True)
+class ElementwiseConfig:
+    grid: tuple[int, int]
+    block: tuple[int, int]
+
+
+@lru_cache(maxsize=4096)
+def elementwise_config(
+    rows: int, cols: int, itemsize: int, sm_count: int, unroll: int
+) -> ElementwiseConfig:
+    vec = 16 // itemsize
+    vec_cols = max(1, -(-cols // vec))
+    bx = 32
+    while bx < THREADS and bx < vec_cols:
+        bx *= 2
+    by = THREADS // bx
+    gx = max(1, -(-vec_cols // (bx * unroll)))
+    gy = min(MAX_GRID_Y, max(1, -(-rows // by)))
+    cap = sm_count * BLOCKS_PER_SM
+    if gx * gy > cap:
+        gx = max(1, cap // gy)
+        gy = min(gy, max(1, cap // gx))
+    return ElementwiseConfig((gx, gy), (bx, by))

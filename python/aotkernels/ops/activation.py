@@ -1,0 +1,56 @@
+"""Elementwise activations: relu, gelu (exact or tanh), silu, sigmoid.
+
+f32 / f16 / bf16, any rank; computed in f32 and rounded once. Inputs may be strided by rows
+(``x[:, :h]``, ``x[::2]``); a non-contiguous last dimension is rejected (``ValueError``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import device as _device
+from ..arrays import ITEMSIZE
+from ._common import check_dtype, finish, joint_rows_view, launch, output, prepare
+from ._elementwise import elementwise_config
+
+__all__ = ["gelu", "relu", "sigmoid", "silu"]
+
+FAMILY = "activation"
+DTYPES = ("f32", "f16", "bf16")
+_UNROLL = 4  # kUnroll in kernels/activation/activation.cuh
+
+
+def _unary(op: str, kernel: str, x: Any, out: Any, stream: Any) -> Any:
+    call = prepare(op, x, stream)
+    xi = call.x
+    check_dtype(op, "x", xi, DTYPES)
+    res, oi = output(op, call, out, xi.shape, xi.dtype)
+    rows, cols, (x_rs, o_rs) = joint_rows_view(op, [("x", xi), ("out", oi)])
+    if rows * cols:
+        sms = _device.device_info(xi.device).sm_count
+        cfg = elementwise_config(rows, cols, ITEMSIZE[xi.dtype], sms, _UNROLL)
+        launch(FAMILY, f"ak_{kernel}_{xi.dtype}", xi.device, cfg.grid, cfg.block, call.stream,
+               oi.ptr, xi.ptr, rows, cols, x_rs, o_rs)  # fmt: skip
+    return finish(call, res, out is None)
+
+
+def relu(x: Any, *, out: Any = None, stream: Any = None) -> Any:
+    """``max(x, 0)`` elementwise (NaN propagates)."""
+    return _unary("relu", "relu", x, out, stream)
+
+
+def gelu(x: Any, approximate: str = "none", *, out: Any = None, stream: Any = None) -> Any:
+    """``x * Phi(x)``; ``approximate="tanh"`` uses torch's tanh approximation."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _unary("gelu", "gelu" if approximate == "none" else "gelu_tanh", x, out, stream)
+
+
+def silu(x: Any, *, out: Any = None, stream: Any = None) -> Any:
+    """``x * sigmoid(x)`` elementwise."""
+    return _unary("silu", "silu", x, out, stream)
+
+
+def sigmoid(x: Any, *, out: Any = None, stream: Any = None) -> Any:
+    """``1 / (1 + exp(-x))`` elementwise."""
+    return _unary("sigmoid", "sigmoid", x, out, stream)

@@ -1,0 +1,62 @@
+"""Gated activations: ``out[..., :d] = act(x[..., :d]) * x[..., d:2d]`` (SwiGLU, GeGLU).
+
+f32 / f16 / bf16; x is [..., 2d] with a contiguous last dimension, rows may be strided.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import device as _device
+from ..arrays import ITEMSIZE
+from ._common import check_dtype, finish, launch, output, prepare, rows_view
+from ._elementwise import elementwise_config
+
+__all__ = ["gelu_and_mul", "silu_and_mul"]
+
+FAMILY = "gated"
+DTYPES = ("f32", "f16", "bf16")
+_UNROLL = 2  # kUnroll in kernels/gated/gated.cuh
+
+
+def _gated(op: str, kernel: str, x: Any, out: Any, stream: Any) -> Any:
+    call = prepare(op, x, stream)
+    xi = call.x
+    check_dtype(op, "x", xi, DTYPES)
+    if not xi.shape or xi.shape[-1] % 2:
+        raise ValueError(
+            f"{op}: x.shape[-1] must be even (x is [..., 2d]), got shape {tuple(xi.shape)}"
+        )
+    d = xi.shape[-1] // 2
+    res, oi = output(op, call, out, (*xi.shape[:-1], d), xi.dtype)
+    rows = 1
+    for n in xi.shape[:-1]:
+        rows *= n
+    if rows * d:
+        # Split at the last dim for both: each row of x holds a gate half and an up half.
+        x_rows, x_cols, x_rs = rows_view(op, "x", xi)
+        o_rows, o_cols, o_rs = rows_view(op, "out", oi)
+        x_rs = x_rs if x_rows == rows else 2 * d
+        o_rs = o_rs if o_rows == rows else d
+        sms = _device.device_info(xi.device).sm_count
+        cfg = elementwise_config(rows, d, ITEMSIZE[xi.dtype], sms, _UNROLL)
+        launch(FAMILY, f"ak_{kernel}_{xi.dtype}", xi.device, cfg.grid, cfg.block, call.stream,
+               oi.ptr, xi.ptr, rows, d, x_rs, o_rs)  # fmt: skip
+    return finish(call, res, out is None)
+
+
+def silu_and_mul(x: Any, *, out: Any = None, stream: Any = None) -> Any:
+    """``silu(x[..., :d]) * x[..., d:]`` for x of shape [..., 2d]; returns [..., d]."""
+    return _gated("silu_and_mul", "silu_and_mul", x, out, stream)
+
+
+def gelu_and_mul(
+    x: Any, approximate: str = "none", *, out: Any = None, stream: Any = None
+) -> Any:
+    """``gelu(x[..., :d]) * x[..., d:]`` (exact or tanh GELU); returns [..., d]."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(
+            f"gelu_and_mul: approximate must be 'none' or 'tanh', got {approximate!r}"
+        )
+    kernel = "gelu_and_mul" if approximate == "none" else "gelu_tanh_and_mul"
+    return _gated("gelu_and_mul", kernel, x, out, stream)

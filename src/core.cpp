@@ -1,0 +1,178 @@
+// _core: the one generic launch path of aotkernels, shared by every kernel family.
+//
+// No link-time dependency on libcuda or libcudart: Python hands over the driver's entry points
+// (from cuda-python's cuGetProcAddress) through set_driver(). Every kernel takes a single
+// parameter struct whose bytes Python packs from the manifest's layout, so launching needs no
+// per-family or per-op binding code.
+#include <cuda.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace nb = nanobind;
+
+namespace {
+
+struct Driver {
+  decltype(&cuLaunchKernel) launch = nullptr;
+  decltype(&cuCtxGetCurrent) ctx_get = nullptr;
+  decltype(&cuCtxSetCurrent) ctx_set = nullptr;
+  decltype(&cuGetErrorName) error_name = nullptr;
+  decltype(&cuMemAlloc) mem_alloc = nullptr;
+  decltype(&cuMemFree) mem_free = nullptr;
+};
+Driver g_driver;
+
+[[noreturn]] void raise_cuda(const char* what, CUresult rc) {
+  const char* name = "unknown error";
+  if (g_driver.error_name) g_driver.error_name(rc, &name);
+  throw std::runtime_error(std::string(what) + " failed: " + name + " (" +
+                           std::to_string(static_cast<int>(rc)) + ")");
+}
+
+void require_driver() {
+  if (!g_driver.launch) throw std::runtime_error("aotkernels._core: driver not set");
+}
+
+// Makes `ctx` current for the scope and restores the caller's context after: an op runs on its
+// input's device without changing the framework's current device.
+class ScopedContext {
+ public:
+  explicit ScopedContext(CUcontext ctx) {
+    CUresult rc = g_driver.ctx_get(&saved_);
+    if (rc != CUDA_SUCCESS) raise_cuda("cuCtxGetCurrent", rc);
+    if (saved_ != ctx) {
+      rc = g_driver.ctx_set(ctx);
+      if (rc != CUDA_SUCCESS) raise_cuda("cuCtxSetCurrent", rc);
+      switched_ = true;
+    }
+  }
+  ~ScopedContext() {
+    if (switched_) g_driver.ctx_set(saved_);
+  }
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+
+ private:
+  CUcontext saved_ = nullptr;
+  bool switched_ = false;
+};
+
+void set_driver(uintptr_t launch, uintptr_t ctx_get, uintptr_t ctx_set, uintptr_t error_name,
+                uintptr_t mem_alloc, uintptr_t mem_free) {
+  if (!launch || !ctx_get || !ctx_set || !error_name || !mem_alloc || !mem_free)
+    throw std::invalid_argument("set_driver: every entry point must be non-null");
+  g_driver.launch = reinterpret_cast<decltype(g_driver.launch)>(launch);
+  g_driver.ctx_get = reinterpret_cast<decltype(g_driver.ctx_get)>(ctx_get);
+  g_driver.ctx_set = reinterpret_cast<decltype(g_driver.ctx_set)>(ctx_set);
+  g_driver.error_name = reinterpret_cast<decltype(g_driver.error_name)>(error_name);
+  g_driver.mem_alloc = reinterpret_cast<decltype(g_driver.mem_alloc)>(mem_alloc);
+  g_driver.mem_free = reinterpret_cast<decltype(g_driver.mem_free)>(mem_free);
+}
+
+// Launch `kernel` (a CUkernel from cuLibraryGetKernel; the driver accepts it as a CUfunction
+// and loads it into `ctx` on first use) with one by-value parameter struct.
+void launch(uintptr_t kernel, uintptr_t ctx, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+            unsigned by, unsigned bz, unsigned smem, uintptr_t stream, nb::bytes params) {
+  require_driver();
+  size_t size = params.size();
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(params.c_str()),
+                   CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  ScopedContext scope(reinterpret_cast<CUcontext>(ctx));
+  CUresult rc = g_driver.launch(reinterpret_cast<CUfunction>(kernel), gx, gy, gz, bx, by, bz, smem,
+                                reinterpret_cast<CUstream>(stream), nullptr, extra);
+  if (rc != CUDA_SUCCESS) raise_cuda("cuLaunchKernel", rc);
+}
+
+// The fields of a DLPack capsule ("dltensor", unversioned): the consumer only reads it; the
+// capsule keeps ownership and its producer's destructor runs when it is collected.
+struct DLDevice {
+  int32_t device_type;
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+
+nb::tuple dlpack_info(nb::capsule cap) {
+  const char* name = cap.name();
+  if (!name || std::string(name) != "dltensor")
+    throw std::invalid_argument("expected an unconsumed 'dltensor' DLPack capsule");
+  const auto* t = static_cast<const DLTensor*>(cap.data());  // DLManagedTensor starts with it
+  nb::list shape, strides;
+  for (int i = 0; i < t->ndim; ++i) shape.append(t->shape[i]);
+  if (t->strides) {
+    for (int i = 0; i < t->ndim; ++i) strides.append(t->strides[i]);
+  } else {  // NULL strides mean compact row-major
+    int64_t s = 1;
+    nb::list rev;
+    for (int i = t->ndim - 1; i >= 0; --i) {
+      rev.append(s);
+      s *= t->shape[i];
+    }
+    for (int i = t->ndim - 1; i >= 0; --i) strides.append(rev[i]);
+  }
+  uintptr_t ptr = reinterpret_cast<uintptr_t>(t->data) + t->byte_offset;
+  return nb::make_tuple(ptr, t->device.device_type, t->device.device_id, t->dtype.code,
+                        t->dtype.bits, t->dtype.lanes, nb::tuple(shape), nb::tuple(strides));
+}
+
+// A fresh device buffer exported through DLPack (for frameworks whose arrays we cannot allocate
+// through their own API, JAX): freed with cuMemFree under its context when the consumer drops it.
+struct DeviceAllocation {
+  CUdeviceptr ptr = 0;
+  CUcontext ctx = nullptr;
+  ~DeviceAllocation() {
+    if (ptr) {
+      ScopedContext scope(ctx);
+      g_driver.mem_free(ptr);
+    }
+  }
+};
+
+nb::ndarray<> empty(uintptr_t ctx, int device_id, std::vector<size_t> shape, uint8_t code,
+                    uint8_t bits) {
+  require_driver();
+  size_t n = (bits + 7) / 8;
+  for (size_t d : shape) n *= d;
+  auto* alloc = new DeviceAllocation();
+  alloc->ctx = reinterpret_cast<CUcontext>(ctx);
+  {
+    ScopedContext scope(alloc->ctx);
+    CUresult rc = g_driver.mem_alloc(&alloc->ptr, n ? n : 1);
+    if (rc != CUDA_SUCCESS) {
+      delete alloc;
+      raise_cuda("cuMemAlloc", rc);
+    }
+  }
+  nb::capsule owner(alloc, [](void* p) noexcept { delete static_cast<DeviceAllocation*>(p); });
+  nb::dlpack::dtype dt{code, bits, 1};
+  return nb::ndarray<>(reinterpret_cast<void*>(alloc->ptr), shape.size(), shape.data(), owner,
+                       nullptr, dt, nb::device::cuda::value, device_id);
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "aotkernels' generic kernel launcher (driver entry points set at run time)";
+  m.def("set_driver", &set_driver);
+  m.def("launch", &launch);
+  m.def("dlpack_info", &dlpack_info);
+  m.def("empty", &empty);
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+"""Write the build plan for CMake (called at configure time by CMakeLists.txt).
+
+Usage: build_plan.py --matrix arch_matrix.toml --toolkit 13.0.88 --out BUILD/plan
+Reads AOTKERNELS_ARCHS / AOTKERNELS_FAMILIES from the environment (or --archs/--families).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+from aotkernels.matrix import MatrixError, load_matrix  # noqa: E402
+from aotkernels.plan import PlanError, check_toolkit, make_plan, summary_line, write_plan  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--matrix", type=Path, required=True)
+    ap.add_argument("--toolkit", required=True, help="nvcc version, e.g. 13.0.88")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--archs", default=os.environ.get("AOTKERNELS_ARCHS") or None)
+    ap.add_argument("--families", default=os.environ.get("AOTKERNELS_FAMILIES") or None)
+    args = ap.parse_args(argv)
+    try:
+        matrix = load_matrix(args.matrix)
+        plan = make_plan(matrix, check_toolkit(args.toolkit), args.archs, args.families)
+    except (MatrixError, PlanError) as e:
+        print(f"aotkernels build plan: error: {e}", file=sys.stderr)
+        return 1
+    write_plan(plan, args.out, args.matrix.resolve().parent / "kernels")
+    for fp in plan.families.values():
+        print(f"aotkernels plan: {summary_line(fp)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
