@@ -29,6 +29,8 @@ _DLPACK_DTYPES = {(2, 32): "f32", (2, 16): "f16", (4, 16): "bf16", (0, 8): "int8
 _DLPACK_CODES = {v: k for k, v in _DLPACK_DTYPES.items()}
 _CAI_DTYPES = {"<f4": "f32", "<f2": "f16", "|i1": "int8", "<i4": "int32", "<f8": "f64"}
 _KDLCUDA = 2
+_DLPACK_DEVICES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal",
+                   10: "rocm", 13: "cuda_managed", 14: "oneapi"}
 
 
 def dtype_name(dt: str) -> str:
@@ -136,7 +138,7 @@ class _DLPack(Framework):
 
         dev_type, dev_id = x.__dlpack_device__()
         if dev_type != _KDLCUDA:
-            raise _not_cuda(op, arg, f"DLPack device type {dev_type}")
+            raise _not_cuda(op, arg, _DLPACK_DEVICES.get(dev_type, f"DLPack device {dev_type}"))
         # stream=: the producer makes the data ready on our stream (1 = legacy default stream).
         cap = x.__dlpack__(stream=stream or 1)
         ptr, _t, dev, code, bits, lanes, shape, strides = _core.dlpack_info(cap)

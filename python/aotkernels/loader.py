@@ -142,7 +142,7 @@ def _load(name: str, dev: _device.DeviceInfo) -> LoadedFamily:
             "not in the fatbin"
         ) from None
     blob = extract_image(data, image)
-    err, lib = cu.cuLibraryLoadData(blob, None, None, 0, None, None, 0)
+    err, lib = cu.cuLibraryLoadData(blob, [], [], 0, [], [], 0)
     if err != cu.CUresult.CUDA_SUCCESS:
         raise AotKernelsError(
             f"{KERNELS_DIR / fam['file']}: the driver could not load image {choice.target}: "

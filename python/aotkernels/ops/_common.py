@@ -15,7 +15,7 @@ from ..arrays import ArrayInfo, Framework, dtype_name, framework_of, stream_hand
 from ..errors import AotKernelsError
 
 __all__ = [
-    "Call", "check_dtype", "finish", "joint_rows_view", "launch", "operand", "output", "prepare",
+    "Call", "check_dtype", "check_rows_disjoint", "finish", "joint_rows_view", "launch", "operand", "output", "prepare",
     "rows_view",
 ]
 
@@ -98,19 +98,32 @@ def rows_view(op: str, arg: str, info: ArrayInfo) -> tuple[int, int, int]:
     return n // cols, cols, row_stride
 
 
-def joint_rows_view(op: str, views: Sequence[tuple[str, ArrayInfo]]) -> tuple[int, int, list[int]]:
-    """One [rows, cols] split that fits every array of the same shape, with each row stride.
+def joint_rows_view(
+    op: str, x: ArrayInfo, x_split: tuple[int, int, int], out: ArrayInfo
+) -> tuple[int, int, int, int]:
+    """One [rows, cols] split that fits x and out (same shape): (rows, cols, x_rs, out_rs).
 
-    Arrays that are all contiguous share one long row; as soon as one is only row-strided,
-    every array is split at its last dimension (a contiguous array's row stride is then cols).
+    When both are contiguous they share one long row; as soon as one is only row-strided,
+    both are split at the last dimension (a contiguous array's row stride is then cols).
     """
-    splits = [rows_view(op, arg, info) for arg, info in views]
-    if all(sp[:2] == splits[0][:2] for sp in splits):
-        return splits[0][0], splits[0][1], [sp[2] for sp in splits]
-    shape = views[0][1].shape
-    cols = shape[-1]
-    rows = math.prod(shape) // cols
-    return rows, cols, [sp[2] if sp[1] == cols else cols for sp in splits]
+    o_split = rows_view(op, "out", out)
+    if o_split[:2] == x_split[:2]:
+        check_rows_disjoint(op, o_split[0], o_split[1], o_split[2])
+        return x_split[0], x_split[1], x_split[2], o_split[2]
+    cols = x.shape[-1]
+    rows = math.prod(x.shape) // cols
+    x_rs = x_split[2] if x_split[1] == cols else cols
+    o_rs = o_split[2] if o_split[1] == cols else cols
+    check_rows_disjoint(op, rows, cols, o_rs)
+    return rows, cols, x_rs, o_rs
+
+
+def check_rows_disjoint(op: str, rows: int, cols: int, row_stride: int) -> None:
+    """An output's rows must not overlap (stride-0 or overlapping rows would race)."""
+    if rows > 1 and abs(row_stride) < cols:
+        raise ValueError(
+            f"{op}: out must not overlap itself, got row stride {row_stride} for rows of {cols}"
+        )
 
 
 def output(
@@ -126,6 +139,8 @@ def output(
     if not fw.mutable:
         raise TypeError(f"{op}: out= is not supported for {fw.name} arrays (they are immutable)")
     info = operand(op, "out", out, call)
+    if info.ptr == call.x.ptr and tuple(info.strides) != tuple(call.x.strides):
+        raise ValueError(f"{op}: out must not partially overlap x (in place needs equal strides)")
     if tuple(info.shape) != tuple(shape):
         raise ValueError(f"{op}: out.shape must be {tuple(shape)}, got {tuple(info.shape)}")
     if info.dtype != dtype:

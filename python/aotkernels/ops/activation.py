@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import device as _device
 from ..arrays import ITEMSIZE
-from ._common import check_dtype, finish, joint_rows_view, launch, output, prepare
+from ._common import check_dtype, finish, joint_rows_view, launch, output, prepare, rows_view
 from ._elementwise import elementwise_config
 
 __all__ = ["gelu", "relu", "sigmoid", "silu"]
@@ -24,8 +24,9 @@ def _unary(op: str, kernel: str, x: Any, out: Any, stream: Any) -> Any:
     call = prepare(op, x, stream)
     xi = call.x
     check_dtype(op, "x", xi, DTYPES)
+    x_split = rows_view(op, "x", xi)  # layout checks before anything is allocated
     res, oi = output(op, call, out, xi.shape, xi.dtype)
-    rows, cols, (x_rs, o_rs) = joint_rows_view(op, [("x", xi), ("out", oi)])
+    rows, cols, x_rs, o_rs = joint_rows_view(op, xi, x_split, oi)
     if rows * cols:
         sms = _device.device_info(xi.device).sm_count
         cfg = elementwise_config(rows, cols, ITEMSIZE[xi.dtype], sms, _UNROLL)

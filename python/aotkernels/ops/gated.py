@@ -5,11 +5,13 @@ f32 / f16 / bf16; x is [..., 2d] with a contiguous last dimension, rows may be s
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 from .. import device as _device
 from ..arrays import ITEMSIZE
-from ._common import check_dtype, finish, launch, output, prepare, rows_view
+from ._common import check_dtype, check_rows_disjoint, finish, launch, output, prepare, rows_view
 from ._elementwise import elementwise_config
 
 __all__ = ["gelu_and_mul", "silu_and_mul"]
@@ -28,16 +30,15 @@ def _gated(op: str, kernel: str, x: Any, out: Any, stream: Any) -> Any:
             f"{op}: x.shape[-1] must be even (x is [..., 2d]), got shape {tuple(xi.shape)}"
         )
     d = xi.shape[-1] // 2
+    rows = math.prod(xi.shape[:-1])
+    x_rows, _, x_rs = rows_view(op, "x", xi)  # layout checks before anything is allocated
     res, oi = output(op, call, out, (*xi.shape[:-1], d), xi.dtype)
-    rows = 1
-    for n in xi.shape[:-1]:
-        rows *= n
     if rows * d:
-        # Split at the last dim for both: each row of x holds a gate half and an up half.
-        x_rows, x_cols, x_rs = rows_view(op, "x", xi)
-        o_rows, o_cols, o_rs = rows_view(op, "out", oi)
+        # Both split at the last dim: each row of x holds a gate half and an up half.
+        o_rows, _, o_rs = rows_view(op, "out", oi)
         x_rs = x_rs if x_rows == rows else 2 * d
         o_rs = o_rs if o_rows == rows else d
+        check_rows_disjoint(op, rows, d, o_rs)
         sms = _device.device_info(xi.device).sm_count
         cfg = elementwise_config(rows, d, ITEMSIZE[xi.dtype], sms, _UNROLL)
         launch(FAMILY, f"ak_{kernel}_{xi.dtype}", xi.device, cfg.grid, cfg.block, call.stream,

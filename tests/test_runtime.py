@@ -1,0 +1,250 @@
+"""Runtime: import without a driver, devices, loading, streams, threads, graphs, frameworks.
+
+CPU tests run everywhere; GPU tests (marker `gpu`) need an NVIDIA GPU and torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import aotkernels as ak
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def _run(script: str, env: dict[str, str] | None = None, timeout: int = 300,
+         prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*(prefix or []), sys.executable, str(SCRIPTS / script)],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def _json_line(proc: subprocess.CompletedProcess[str]) -> dict:  # type: ignore[type-arg]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --- CPU ------------------------------------------------------------------------------------
+
+
+def test_import_touches_no_cuda() -> None:
+    code = ("import sys, time; t = time.perf_counter(); import aotkernels; "
+            "dt = time.perf_counter() - t; "
+            "bad = [m for m in sys.modules if m.startswith(('cuda', 'torch', 'cupy', 'jax')) "
+            "or m == 'aotkernels._core']; print(dt, bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split(maxsplit=1)
+    assert out[1].strip() == "[]"
+    assert float(out[0]) < 0.5
+
+
+def test_no_driver_gives_clear_error_at_first_op() -> None:
+    """With no usable driver (CUDA_VISIBLE_DEVICES hides every GPU, or no libcuda on CI),
+    the first op raises AotKernelsError while matrix/doctor --arch keep working."""
+    code = (
+        "import aotkernels as ak\n"
+        "import sys; sys.path.insert(0, %r)\n"
+        "from helpers.fake_dlpack import FakeCudaArray\n"
+        "assert 'activation' in ak.matrix()['families']\n"
+        "assert ak.doctor(arch='9.0')['devices'][0]['families']['activation']['image']\n"
+        "try:\n    ak.silu(FakeCudaArray((4,)))\nexcept ak.AotKernelsError as e:\n"
+        "    print('AotKernelsError:', e)\n"
+    ) % str(Path(__file__).parent)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("AotKernelsError:"), proc.stdout
+    assert "driver" in proc.stdout or "device" in proc.stdout
+
+
+def test_error_hierarchy() -> None:
+    assert issubclass(ak.NoKernelImageError, ak.AotKernelsError)
+    assert issubclass(ak.DriverTooOldError, ak.AotKernelsError)
+    assert issubclass(ak.AotKernelsError, RuntimeError)
+
+
+def test_doctor_simulated_arch() -> None:
+    rep = ak.doctor(arch="8.7")
+    fams = rep["devices"][0]["families"]
+    assert fams["activation"]["image"] == "sm_86"
+    assert "generic cubin" in fams["activation"]["reason"]
+
+
+# --- GPU ------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_loaded_image_matches_choice() -> None:
+    """On the GPU, the driver runs exactly the chosen image (function attributes say so)."""
+    from aotkernels import device, loader
+
+    ak.preload()
+    dev = device.device_info(0)
+    for name in loader.manifest()["families"]:
+        fam = loader.family_on(name, 0)
+        choice = fam.choice
+        assert choice.image["kind"] == "cubin", choice.reason
+        assert fam.binary_version == dev.cc[0] * 10 + dev.cc[1]
+        assert choice.target.startswith(f"sm_{dev.cc[0]}{dev.cc[1]}")
+
+
+@pytest.mark.gpu
+def test_doctor_on_this_gpu() -> None:
+    rep = ak.doctor()
+    assert rep["driver"] is not None and rep["devices"]
+    for d in rep["devices"]:
+        for fam in d["families"].values():
+            assert fam["image"], fam["reason"]
+
+
+@pytest.mark.gpu
+def test_cupy_in_cupy_out() -> None:
+    cp = pytest.importorskip("cupy")
+    x = cp.random.standard_normal((37, 129), dtype=cp.float32)
+    y = ak.silu(x)
+    assert isinstance(y, cp.ndarray) and y.shape == x.shape
+    cp.testing.assert_allclose(y, x / (1 + cp.exp(-x)), rtol=2e-6, atol=1e-7)
+    g = ak.silu_and_mul(x[:, :128])
+    assert isinstance(g, cp.ndarray) and g.shape == (37, 64)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        z = ak.relu(x)
+    s.synchronize()
+    cp.testing.assert_array_equal(z, cp.maximum(x, 0))
+
+
+@pytest.mark.gpu
+def test_jax_in_jax_out() -> None:
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numpy as np
+
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("JAX sees no GPU")
+    x = jax.random.normal(jax.random.PRNGKey(0), (33, 257), dtype=jnp.float32)
+    y = ak.gelu(x)
+    assert isinstance(y, jax.Array) and y.shape == x.shape and y.dtype == x.dtype
+    np.testing.assert_allclose(np.asarray(y), np.asarray(jax.nn.gelu(x, approximate=False)),
+                               rtol=1e-5, atol=1e-6)
+    xb = x.astype(jnp.bfloat16)
+    yb = ak.silu_and_mul(xb[:, :256])
+    assert isinstance(yb, jax.Array) and yb.shape == (33, 128) and yb.dtype == jnp.bfloat16
+    with pytest.raises(TypeError, match="immutable"):
+        ak.relu(x, out=x)
+
+
+@pytest.mark.gpu
+def test_side_stream_producer() -> None:
+    """Input written by a slow kernel on a side stream; the op on that stream sees it."""
+    import torch
+
+    side = torch.cuda.Stream()
+    src = torch.randn(1 << 20, device="cuda")
+    ref = torch.nn.functional.silu(src)
+    for _ in range(20):
+        with torch.cuda.stream(side):
+            x = torch.empty_like(src)
+            torch.cuda._sleep(2_000_000)  # ~1 ms of spinning before the data lands
+            x.copy_(src)
+            y = ak.silu(x)  # default: torch's current stream, i.e. `side`
+            z = torch.empty_like(x)
+            ak.silu(x, out=z, stream=side)  # explicit stream object
+        side.synchronize()
+        assert torch.allclose(y, ref) and torch.allclose(z, ref)
+
+
+@pytest.mark.gpu
+def test_stream_is_the_callers() -> None:
+    """A launch lands on the stream given, not the default one: a graph capture proves it."""
+    import torch
+
+    ak.preload()
+    x = torch.randn(4096, device="cuda")
+    out = torch.empty_like(x)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        ak.sigmoid(x, out=out)
+        y = ak.silu_and_mul(x.view(64, 64))
+    for _ in range(3):
+        x.copy_(torch.randn_like(x))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.allclose(out, torch.sigmoid(x))
+        v = x.view(64, 64)
+        assert torch.allclose(y, torch.nn.functional.silu(v[:, :32]) * v[:, 32:])
+
+
+@pytest.mark.gpu
+def test_first_call_during_capture() -> None:
+    res = _json_line(_run("capture_without_preload.py"))
+    assert res["outcome"] == "works" or res["outcome"].startswith("error:"), res
+
+
+@pytest.mark.gpu
+def test_32_threads_cold_start() -> None:
+    res = _json_line(_run("cold_start_threads.py"))
+    assert res["errors"] == []
+    assert res["loads"] == ["activation", "gated"]  # each family loaded exactly once
+    assert res["identical"]
+
+
+@pytest.mark.gpu
+def test_force_ptx_jit_runs_ptx() -> None:
+    import torch
+
+    res = _json_line(_run("ptx_jit.py", env={"CUDA_FORCE_PTX_JIT": "1"}))
+    cc = torch.cuda.get_device_capability()
+    assert res["ok"] and res["kind"] == "ptx"
+    assert res["target"] == f"compute_{res['ptx_version']}"
+    assert res["binary_version"] == cc[0] * 10 + cc[1]
+
+
+@pytest.mark.gpu
+def test_fork_after_import() -> None:
+    code = (
+        "import os, aotkernels as ak\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    import torch\n"
+        "    x = torch.randn(100, device='cuda')\n"
+        "    ok = torch.allclose(ak.relu(x), torch.relu(x))\n"
+        "    os._exit(0 if ok else 3)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "print('child', os.waitstatus_to_exitcode(status))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stdout.strip() == "child 0", proc.stdout + proc.stderr
+
+
+@pytest.mark.gpu
+def test_op_runs_on_the_inputs_device() -> None:
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs to check cuda:1 runs while cuda:0 is current")
+    x = torch.randn(1000, device="cuda:1")
+    with torch.cuda.device(0):
+        y = ak.silu(x)
+    assert y.device == x.device and torch.allclose(y, torch.nn.functional.silu(x))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck", "initcheck", "synccheck"])
+def test_compute_sanitizer_clean(tool: str) -> None:
+    sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    if not Path(sanitizer).exists():
+        pytest.skip("compute-sanitizer is not installed")
+    proc = _run("sanitize_case.py", timeout=600,
+                prefix=[sanitizer, "--tool", tool, "--error-exitcode", "9"])
+    out = proc.stdout + proc.stderr
+    assert "SANITIZE_CASE_OK" in out, out[-3000:]  # the case really ran under the tool
+    assert "ERROR SUMMARY: 0 errors" in out, out[-3000:]
+    assert proc.returncode == 0, out[-3000:]
