@@ -9,7 +9,9 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -27,12 +29,23 @@ struct Driver {
   decltype(&cuMemFree) mem_free = nullptr;
 };
 Driver g_driver;
+PyObject* g_error_type = nullptr;  // aotkernels.AotKernelsError, set from Python
 
-[[noreturn]] void raise_cuda(const char* what, CUresult rc) {
+[[noreturn]] void raise_cuda(const std::string& what, CUresult rc) {
   const char* name = "unknown error";
   if (g_driver.error_name) g_driver.error_name(rc, &name);
-  throw std::runtime_error(std::string(what) + " failed: " + name + " (" +
-                           std::to_string(static_cast<int>(rc)) + ")");
+  std::string msg = what + " failed: " + name + " (" + std::to_string(static_cast<int>(rc)) + ")";
+  if (g_error_type) {
+    PyErr_SetString(g_error_type, msg.c_str());
+    throw nb::python_error();
+  }
+  throw std::runtime_error(msg);
+}
+
+void set_error_type(nb::handle type) {
+  Py_XINCREF(type.ptr());
+  Py_XDECREF(g_error_type);
+  g_error_type = type.ptr();
 }
 
 void require_driver() {
@@ -75,19 +88,60 @@ void set_driver(uintptr_t launch, uintptr_t ctx_get, uintptr_t ctx_set, uintptr_
   g_driver.mem_free = reinterpret_cast<decltype(g_driver.mem_free)>(mem_free);
 }
 
-// Launch `kernel` (a CUkernel from cuLibraryGetKernel; the driver accepts it as a CUfunction
-// and loads it into `ctx` on first use) with one by-value parameter struct.
-void launch(uintptr_t kernel, uintptr_t ctx, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-            unsigned by, unsigned bz, unsigned smem, uintptr_t stream, nb::bytes params) {
-  require_driver();
-  size_t size = params.size();
-  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(params.c_str()),
-                   CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
-  ScopedContext scope(reinterpret_cast<CUcontext>(ctx));
-  CUresult rc = g_driver.launch(reinterpret_cast<CUfunction>(kernel), gx, gy, gz, bx, by, bz, smem,
-                                reinterpret_cast<CUstream>(stream), nullptr, extra);
-  if (rc != CUDA_SUCCESS) raise_cuda("cuLaunchKernel", rc);
-}
+// The one launch path. `kernel` is a CUkernel from cuLibraryGetKernel (the driver accepts it as
+// a CUfunction and loads it into `ctx` on first use). Everything is fixed but the array pointers: built once per (op, layouts) by the
+// Python op layer after full validation, then called with fresh pointers on every hit. Keeps
+// per-call host work to patching a few bytes and one cuLaunchKernel.
+class LaunchPlan {
+ public:
+  LaunchPlan(std::string name, uintptr_t kernel, uintptr_t ctx, std::vector<unsigned> grid,
+             std::vector<unsigned> block, unsigned smem, nb::bytes params,
+             std::vector<size_t> ptr_offsets)
+      : name_(std::move(name)),
+        kernel_(reinterpret_cast<CUfunction>(kernel)),
+        ctx_(reinterpret_cast<CUcontext>(ctx)),
+        smem_(smem),
+        params_(params.c_str(), params.c_str() + params.size()),
+        offsets_(std::move(ptr_offsets)) {
+    if (grid.size() != 3 || block.size() != 3)
+      throw std::invalid_argument("LaunchPlan: grid and block take 3 dimensions");
+    std::copy(grid.begin(), grid.end(), grid_);
+    std::copy(block.begin(), block.end(), block_);
+    for (size_t off : offsets_)
+      if (off + sizeof(uintptr_t) > params_.size())
+        throw std::invalid_argument("LaunchPlan: pointer offset outside the parameters");
+  }
+
+  void operator()(uintptr_t stream, nb::args ptrs) {
+    require_driver();
+    // No pointers: launch with the ones packed into the template (a one-off launch).
+    if (ptrs.size() != 0 && ptrs.size() != offsets_.size())
+      throw std::invalid_argument("LaunchPlan: expected " + std::to_string(offsets_.size()) +
+                                  " pointers, got " + std::to_string(ptrs.size()));
+    for (size_t i = 0; i < ptrs.size(); ++i) {
+      uintptr_t p = nb::cast<uintptr_t>(ptrs[i]);
+      std::memcpy(params_.data() + offsets_[i], &p, sizeof(p));
+    }
+    size_t size = params_.size();
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, params_.data(), CU_LAUNCH_PARAM_BUFFER_SIZE,
+                     &size, CU_LAUNCH_PARAM_END};
+    ScopedContext scope(ctx_);
+    CUresult rc = g_driver.launch(kernel_, grid_[0], grid_[1], grid_[2], block_[0], block_[1],
+                                  block_[2], smem_, reinterpret_cast<CUstream>(stream), nullptr,
+                                  extra);
+    if (rc != CUDA_SUCCESS) raise_cuda(name_ + ": cuLaunchKernel", rc);
+  }
+
+ private:
+  std::string name_;  // the entry point, for error messages
+  CUfunction kernel_;
+  CUcontext ctx_;
+  unsigned grid_[3];
+  unsigned block_[3];
+  unsigned smem_;
+  std::vector<char> params_;  // the template; pointers are patched in place (GIL held)
+  std::vector<size_t> offsets_;
+};
 
 // The fields of a DLPack capsule ("dltensor", unversioned): the consumer only reads it; the
 // capsule keeps ownership and its producer's destructor runs when it is collected.
@@ -172,7 +226,11 @@ nb::ndarray<> empty(uintptr_t ctx, int device_id, std::vector<size_t> shape, uin
 NB_MODULE(_core, m) {
   m.doc() = "aotkernels' generic kernel launcher (driver entry points set at run time)";
   m.def("set_driver", &set_driver);
-  m.def("launch", &launch);
+  m.def("set_error_type", &set_error_type);
   m.def("dlpack_info", &dlpack_info);
   m.def("empty", &empty);
+  nb::class_<LaunchPlan>(m, "LaunchPlan")
+      .def(nb::init<std::string, uintptr_t, uintptr_t, std::vector<unsigned>, std::vector<unsigned>, unsigned,
+                    nb::bytes, std::vector<size_t>>())
+      .def("__call__", &LaunchPlan::operator());
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import aotkernels as ak
+from conftest import gpu_missing
 from helpers.fake_dlpack import FakeCudaArray
 from helpers.reference import gated_ref, tol
 
@@ -20,11 +21,13 @@ def test_odd_last_dim_rejected_even_accepted_until_launch() -> None:
     with pytest.raises(ValueError, match=r"silu_and_mul: x.shape\[-1\] must be even .* got "
                                          r"shape \(3, 7\)"):
         ak.silu_and_mul(FakeCudaArray((3, 7)))
-    # positive control at the boundary: an even last dim passes validation and only fails
-    # where a launch needs a driver (AotKernelsError) or succeeds on a GPU.
-    with pytest.raises((ak.AotKernelsError, ValueError)) as info:
+    # positive control at the boundary: an even last dim passes validation and fails only
+    # where the launch needs a driver. (On a GPU the fake pointer must not reach a kernel:
+    # test_matches_reference covers the accepted side there.)
+    if gpu_missing() is None:
+        return
+    with pytest.raises(ak.AotKernelsError):
         ak.silu_and_mul(FakeCudaArray((3, 8)))
-    assert "must be even" not in str(info.value)
 
 
 def test_dtype_and_out_shape_checked() -> None:
@@ -47,8 +50,9 @@ def test_matches_reference(op: str, dtype: str, shape: tuple[int, ...]) -> None:
     x = (torch.randn(shape, device="cuda") * 3).to(getattr(torch, dtype))
     y = OPS[op](x)
     assert y.shape == (*shape[:-1], shape[-1] // 2) and y.dtype == x.dtype
-    torch.testing.assert_close(y.float(), gated_ref(op, x), **tol(x.dtype))
-    assert y.float().norm() > 0
+    ref = gated_ref(op, x)
+    torch.testing.assert_close(y.float(), ref, **tol(x.dtype))
+    assert (y.float().norm() > 0) == (ref.norm() > 0)
 
 
 @pytest.mark.gpu

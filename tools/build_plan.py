@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-from aotkernels.matrix import MatrixError, load_matrix  # noqa: E402
+from aotkernels.arch_matrix import MatrixError, load_matrix  # noqa: E402
 from aotkernels.plan import PlanError, check_toolkit, make_plan, summary_line, write_plan  # noqa: E402
 
 

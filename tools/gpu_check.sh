@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # Build, test and benchmark on a GPU machine in one call (the device lease is short).
 #   tools/gpu_check.sh [pytest args...]     results under $OUT (default ./gpu_out)
-# Env: AOTKERNELS_ARCHS (default: full matrix), BENCH (default "all"; "none" skips it).
+# Env: PYTHON (default python3), AOTKERNELS_ARCHS (default: full matrix), BREAKDOWN=1 (host
+#      cost breakdown), BENCH_ARGS (extra bench flags),
+#      BENCH ("all" by default, "launch", "elementwise", or "none").
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$REPO/gpu_out}
+PY=${PYTHON:-python3}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 cd "$REPO"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
 start=$(date +%s)
-pip install --no-build-isolation --no-deps -q . 2>&1 | grep -v "Running pip as" | tail -20
+$PY -m pip install --no-build-isolation --no-deps -q . 2>&1 | grep -v "Running pip as" | tail -20
 echo "build: $(( $(date +%s) - start )) s" | tee "$OUT/build.txt"
-cd /tmp  # run against the installed package, from outside the source tree
-aotkernels doctor | tee "$OUT/doctor.txt"
-aotkernels doctor --arch 8.7 | tee -a "$OUT/doctor.txt"
-aotkernels doctor --arch 12.1 | tee -a "$OUT/doctor.txt"
-aotkernels doctor --json > "$OUT/doctor.json"
-python -m pytest "$REPO/tests" -q -p no:cacheprovider -rfEs "$@" 2>&1 | tee "$OUT/pytest.txt" | tail -40
+AK="$PY -m aotkernels.cli"
+(cd /tmp && $AK doctor && $AK doctor --arch 8.7 && $AK doctor --arch 12.1) 2>&1 | tee "$OUT/doctor.txt"
+(cd /tmp && $AK doctor --json) > "$OUT/doctor.json"
+# pytest from the repo root imports the installed package: python/ is not on sys.path.
+$PY -m pytest -q -p no:cacheprovider -rfEs "$@" 2>&1 | tee "$OUT/pytest.txt" | tail -60
+if [ -n "${BREAKDOWN:-}" ]; then $PY "$REPO/tools/launch_breakdown.py" 2>&1 | tee "$OUT/breakdown.txt"; fi
 if [ "${BENCH:-all}" != none ]; then
-  aotkernels bench "${BENCH:-all}" --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
+  (cd /tmp && $AK bench "${BENCH:-all}" ${BENCH_ARGS:-} --json "$OUT/bench.json") 2>&1 | tee "$OUT/bench.txt"
 fi

@@ -34,13 +34,13 @@ __all__ = [
 def matrix() -> dict[str, Any]:
     """The arch matrix this package was built from, in ``aotkernels matrix --json`` shape."""
     from ._paths import matrix_path
-    from .matrix import load_matrix
+    from .arch_matrix import load_matrix
 
     return load_matrix(matrix_path(), check_sources=False).to_json()
 
 
 def doctor(arch: str | None = None, driver: str | None = None) -> dict[str, Any]:
     """Devices, driver, and per family the image that runs (or would, for ``arch="X.Y"``)."""
-    from .doctor import report
+    from ._doctor import report
 
     return report(arch, driver)

@@ -13,7 +13,9 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "ITEMSIZE",
-    "ArrayInfo", "Framework", "dtype_name", "framework_of", "stream_handle"]
+    "TORCH_TYPES",
+    "ArrayInfo",
+    "DeviceBuffer", "Framework", "dtype_name", "framework_of", "stream_handle"]
 
 # Our dtype names and how they are spelled elsewhere.
 LONG_NAMES = {
@@ -31,6 +33,32 @@ _CAI_DTYPES = {"<f4": "f32", "<f2": "f16", "|i1": "int8", "<i4": "int32", "<f8":
 _KDLCUDA = 2
 _DLPACK_DEVICES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal",
                    10: "rocm", 13: "cuda_managed", 14: "oneapi"}
+
+
+# Filled when the torch adapter is first made: the op layer's fast path for torch tensors.
+TORCH_TYPES: set[type] = set()
+torch_stream: Any = None  # torch._C._cuda_getCurrentRawStream
+
+
+class DeviceBuffer:
+    """A device allocation of ours exported through DLPack (outputs for JAX and DLPack inputs).
+
+    Holds an unconsumed "dltensor" capsule; the consumer takes it once through ``__dlpack__``.
+    """
+
+    def __init__(self, capsule: Any, device: int, ptr: int) -> None:
+        self._capsule = capsule
+        self.device = device
+        self.ptr = ptr
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (_KDLCUDA, self.device)
+
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        if self._capsule is None:
+            raise BufferError("DeviceBuffer: the DLPack capsule was already consumed")
+        cap, self._capsule = self._capsule, None
+        return cap
 
 
 def dtype_name(dt: str) -> str:
@@ -65,7 +93,8 @@ class Framework:
 
         ctx = device.device_info(like.device).context
         code, bits = _DLPACK_CODES[dtype]
-        return _core.empty(ctx, like.device, list(shape), code, bits)
+        cap = _core.empty(ctx, like.device, list(shape), code, bits)
+        return DeviceBuffer(cap, like.device, _core.dlpack_info(cap)[0])
 
     def finish(self, out: Any, stream: int) -> Any:
         return out
@@ -89,6 +118,10 @@ class _Torch(Framework):
         }  # fmt: skip
         self.to_torch = {v: k for k, v in self.to_ours.items()}
         self._stream = torch._C._cuda_getCurrentRawStream
+        global torch_stream
+        torch_stream = self._stream
+        TORCH_TYPES.add(torch.Tensor)
+        TORCH_TYPES.add(torch.nn.Parameter)
 
     def info(self, x: Any, op: str, arg: str, stream: int) -> ArrayInfo:
         dev = x.get_device()

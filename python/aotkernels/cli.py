@@ -95,7 +95,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from .doctor import report
+    from ._doctor import report
     from .errors import AotKernelsError
 
     try:

@@ -80,6 +80,7 @@ def _hand_over_entry_points(cu: Any) -> None:
         pfn, _status = _check(cu, cu.cuGetProcAddress(name.encode(), 12000, flags), name)
         ptrs.append(int(pfn))
     _core.set_driver(*ptrs)
+    _core.set_error_type(AotKernelsError)  # launch failures surface as AotKernelsError
 
 
 def driver_version() -> tuple[int, int]:
@@ -119,6 +120,6 @@ def device_info(index: int) -> DeviceInfo:
             sms = get(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             raw = _check(cu, cu.cuDeviceGetName(256, dev), "cuDeviceGetName")
             name = bytes(raw).split(b"\0", 1)[0].decode(errors="replace")
-            ctx = _check(cu, cu.cuDevicePrimaryContextRetain(dev), "cuDevicePrimaryContextRetain")
+            ctx = _check(cu, cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
             _devices[index] = DeviceInfo(index, name, (major, minor), sms, int(ctx))
     return _devices[index]

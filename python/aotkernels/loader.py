@@ -12,7 +12,7 @@ import hashlib
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from ._paths import KERNELS_DIR, matrix_path
 from .errors import AotKernelsError
 from .fatbin import FatbinError, extract_image, read_fatbin
 from .manifest import ManifestError, load_manifest
+from .plan import param_layout
 from .select import Choice, choose_image
 
 __all__ = ["LoadedFamily", "family_on", "manifest", "preload", "choice_for"]
@@ -34,7 +35,7 @@ class LoadedFamily:
     library: Any
     blob: bytes  # the image given to cuLibraryLoadData, held for the library's lifetime
     params: struct.Struct
-    launch: Callable[..., None]  # _core.launch, bound here so the hot path skips an import
+    ptr_offsets: list[int]  # byte offsets of the pointer fields, in struct order
     kernels: dict[str, int] = field(default_factory=dict)
     binary_version: int = 0  # CU_FUNC_ATTRIBUTE_BINARY_VERSION of the loaded image, e.g. 90
     ptx_version: int = 0  # CU_FUNC_ATTRIBUTE_PTX_VERSION, e.g. 75 for compute_75
@@ -59,7 +60,7 @@ def manifest() -> dict[str, Any]:
 
 
 def _matrix_targets() -> dict[str, tuple[int, int]]:
-    from .matrix import load_matrix
+    from .arch_matrix import load_matrix
 
     try:
         return {n: t.cc for n, t in load_matrix(matrix_path(), check_sources=False).targets.items()}
@@ -148,11 +149,10 @@ def _load(name: str, dev: _device.DeviceInfo) -> LoadedFamily:
             f"{KERNELS_DIR / fam['file']}: the driver could not load image {choice.target}: "
             f"{err.name}"
         )
-    from . import _core
-
-    loaded = LoadedFamily(
-        name, dev, choice, lib, blob, struct.Struct(fam["param_format"]), _core.launch
-    )
+    offsets = [off for (pname, off), (_, ptype) in
+               zip(param_layout(fam["params"])[2], fam["params"]) if ptype == "ptr"]
+    loaded = LoadedFamily(name, dev, choice, lib, blob, struct.Struct(fam["param_format"]),
+                          offsets)
     attr = cu.CUfunction_attribute
     err, cudev = cu.cuDeviceGet(dev.index)
     for entry in fam["entries"]:

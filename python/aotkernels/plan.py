@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from .matrix import Family, Matrix, MatrixError, Target, parse_ptx_name
+from .arch_matrix import Family, Matrix, MatrixError, Target, parse_ptx_name
 
 __all__ = [
     "BuildPlan",

@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from .. import loader as _loader
-from ..arrays import ArrayInfo, Framework, dtype_name, framework_of, stream_handle
-from ..errors import AotKernelsError
+from .. import arrays as _arrays
+from ..arrays import TORCH_TYPES, ArrayInfo, Framework, dtype_name, framework_of, stream_handle
 
 __all__ = [
-    "Call", "check_dtype", "check_rows_disjoint", "finish", "joint_rows_view", "launch", "operand", "output", "prepare",
-    "rows_view",
+    "Call", "check_dtype", "check_rows_disjoint", "finish", "joint_rows_view", "launch", "make_plan",
+    "operand", "output", "prepare", "remember", "rows_view", "torch_fast",
 ]
 
 
@@ -69,6 +69,8 @@ def rows_view(op: str, arg: str, info: ArrayInfo) -> tuple[int, int, int]:
     if not shape:
         return 1, 1, 1
     n = math.prod(shape)
+    if n == 0:
+        return 0, shape[-1], shape[-1]  # nothing to launch; callers check rows * cols
     expected, contiguous = 1, True
     for size, stride in zip(reversed(shape), reversed(strides)):
         if size != 1 and stride != expected:
@@ -151,35 +153,79 @@ def output(
 
 
 def _raw(obj: Any, call: Call, shape: Sequence[int], dtype: str) -> ArrayInfo:
-    """ArrayInfo of a freshly allocated contiguous DLPack buffer (JAX outputs)."""
-    from .. import _core
-
-    ptr = _core.dlpack_info(obj.__dlpack__())[0]
+    """ArrayInfo of a freshly allocated contiguous ``DeviceBuffer`` (JAX / DLPack outputs)."""
     strides, s = [], 1
     for n in reversed(shape):
         strides.insert(0, s)
         s *= n
-    return ArrayInfo(obj, ptr, tuple(shape), tuple(strides), dtype, call.x.device, call.x.fw)
+    return ArrayInfo(obj, obj.ptr, tuple(shape), tuple(strides), dtype, call.x.device, call.x.fw)
+
+
+# --- launch plans ---------------------------------------------------------------------------
+# A plan is the validated, configured launch of one op for one set of array layouts; only the
+# pointers change between calls. Torch tensors look their plan up by layout (the fast path) and
+# skip validation; everything else builds a plan per call.
+_PLANS: dict[Any, tuple[Any, tuple[int, ...]]] = {}
+_MAX_PLANS = 4096  # dynamic shapes: bound the cache rather than grow without end
+
+
+def make_plan(
+    family: str, symbol: str, device: int, grid: tuple[int, int], block: tuple[int, int],
+    *params: Any,
+) -> Any:
+    """A ``_core.LaunchPlan`` for ``symbol``; ``params`` in struct order (pointers included)."""
+    from .. import _core
+
+    fam = _loader.family_on(family, device)
+    return _core.LaunchPlan(
+        symbol, fam.kernels[symbol], fam.device.context, [grid[0], grid[1], 1], [block[0], block[1], 1],
+        0, fam.params.pack(*params), fam.ptr_offsets,
+    )  # fmt: skip
 
 
 def launch(
-    family: str,
-    symbol: str,
-    device: int,
-    grid: tuple[int, int],
-    block: tuple[int, int],
-    stream: int,
-    *params: Any,
+    family: str, symbol: str, device: int, grid: tuple[int, int], block: tuple[int, int],
+    stream: int, *params: Any,
 ) -> None:
-    """The one launch path: pack ``params`` by the manifest's layout and launch."""
-    fam = _loader.family_on(family, device)
-    try:
-        fam.launch(
-            fam.kernels[symbol], fam.device.context, grid[0], grid[1], 1, block[0], block[1], 1,
-            0, stream, fam.params.pack(*params),
-        )  # fmt: skip
-    except RuntimeError as e:
-        raise AotKernelsError(f"{symbol}: {e}") from None
+    """A one-off launch: ``params`` in struct order, pointers included."""
+    make_plan(family, symbol, device, grid, block, *params)(stream)
+
+
+def remember(key: Any, plan: Any, out_shape: tuple[int, ...]) -> None:
+    if key is not None:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = (plan, out_shape)
+
+
+def torch_fast(kernel: str, x: Any, out: Any, stream: Any) -> tuple[Any, Any]:
+    """Run a known (op, layouts) on torch tensors ``(out, x)`` without re-validating.
+
+    Returns ``(result, None)`` on a hit; ``(None, key)`` on a miss, where ``key`` (None when
+    the fast path does not apply) lets the slow path remember the plan it builds.
+    """
+    if type(x) not in TORCH_TYPES:
+        return None, None
+    lx = (x.dtype, x.shape, x.stride(), x.get_device())
+    if out is None:
+        key: Any = (kernel, lx)
+        hit = _PLANS.get(key)
+        if hit is None:
+            return None, key
+        res = x.new_empty(hit[1])
+    else:
+        if type(out) not in TORCH_TYPES:
+            return None, None
+        lo = (out.dtype, out.shape, out.stride(), out.get_device())
+        key = (kernel, lx, lo)
+        hit = _PLANS.get(key)
+        # Same storage with other strides is a partial overlap: the slow path rejects it.
+        if hit is None or (lo[2] != lx[2] and out.data_ptr() == x.data_ptr()):
+            return None, key
+        res = out
+    s = _arrays.torch_stream(lx[3]) if stream is None else stream_handle(stream)
+    hit[0](s, res.data_ptr(), x.data_ptr())  # failures raise AotKernelsError from _core
+    return res, None
 
 
 def finish(call: Call, out_obj: Any, allocated: bool) -> Any:
