@@ -13,9 +13,12 @@ namespace ak::gated {
 constexpr int kMaxThreads = 256;
 constexpr int kUnroll = 2;  // two (gate, up) vector pairs in flight per thread
 
-struct silu_and_mul_fn : silu_fn {};
-struct gelu_and_mul_fn : gelu_fn {};
-struct gelu_tanh_and_mul_fn : gelu_tanh_fn {};
+template <class T>
+struct silu_and_mul_fn : silu_fn<T> {};
+template <class T>
+struct gelu_and_mul_fn : gelu_fn<T> {};
+template <class T>
+struct gelu_tanh_and_mul_fn : gelu_tanh_fn<T> {};
 
 template <class Act, class T>
 __device__ __forceinline__ void run(const ak_gated_params& p) {
@@ -62,5 +65,5 @@ __device__ __forceinline__ void run(const ak_gated_params& p) {
 #define AK_ENTRY(symbol, op, T)                                                      \
   extern "C" __global__ void __launch_bounds__(ak::gated::kMaxThreads)              \
       symbol(const __grid_constant__ ak_gated_params p) {                           \
-    ak::gated::run<ak::gated::op##_fn, T>(p);                                        \
+    ak::gated::run<ak::gated::op##_fn<T>, T>(p);                                        \
   }
