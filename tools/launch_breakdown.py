@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Where the host time of one ``ak.relu(x, out=y)`` call goes (GPU machine, torch installed).
+"""Where the host time of one ``ak.relu`` call goes, and how the grid cap moves bandwidth.
 
-Times each piece of the torch fast path in isolation (microseconds per call, median of rounds)
-so that a change to the hot path can be predicted and checked. Not a test: a measuring tool.
+GPU machine with torch. Times each piece of the torch fast path in isolation (microseconds per
+call, median of rounds) so a change to the hot path can be predicted and checked, then sweeps
+``_elementwise.BLOCKS_PER_SM`` on large bf16 tensors. A measuring tool, not a test.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from collections.abc import Callable
 import torch
 
 import aotkernels as ak
-from aotkernels import arrays
-from aotkernels.ops import _common
+from aotkernels import _core, arrays, bench, device, loader
+from aotkernels.ops import _common, _elementwise
 
 
 def us(fn: Callable[[], object], calls: int = 20000, rounds: int = 5) -> float:
@@ -32,33 +33,58 @@ def us(fn: Callable[[], object], calls: int = 20000, rounds: int = 5) -> float:
     return statistics.median(out)
 
 
-def main() -> None:
+def host_costs() -> None:
     x = torch.randn(1024, device="cuda")
     y = torch.empty_like(x)
     for _ in range(2):  # the first call also creates the torch adapter; the second caches
         ak.relu(x, out=y)
         ak.relu(x)
-    key = ("ak_relu_", (x.dtype, x.shape, x.stride(), x.get_device()),
-           (y.dtype, y.shape, y.stride(), y.get_device()))
+    key = ("ak_relu_", x.dtype, x.shape, x.stride(), 0, y.dtype, y.shape, y.stride(), 0)
     plan = _common._PLANS[key][0]
     xp, yp = x.data_ptr(), y.data_ptr()
+    fam = loader.family_on("activation", 0)
+    cu = device.cuda_driver()
+    _, kern = cu.cuLibraryGetKernel(fam.library, b"ak_relu_f32")
+    params = fam.params.pack(yp, xp, 1, 1024, 1024, 1024)
+    by_kernel = _core.LaunchPlan("k", int(kern), fam.device.context, [1, 1, 1], [256, 1, 1], 0,
+                                 params, fam.ptr_offsets)
     rows = {
-        "plan(stream, ptrs) [C++ + cuLaunchKernel]": us(lambda: plan(0, yp, xp)),
+        "plan(stream, ptrs) via CUfunction": us(lambda: plan(0, yp, xp)),
+        "same plan via context-independent CUkernel": us(lambda: by_kernel(0, yp, xp)),
         "layout key of x (dtype, shape, stride, device)":
             us(lambda: (x.dtype, x.shape, x.stride(), x.get_device())),
         "x.data_ptr()": us(lambda: x.data_ptr()),
-        "x.is_contiguous()": us(lambda: x.is_contiguous()),
         "torch current raw stream": us(lambda: arrays.torch_stream(0)),
         "x.new_empty(shape)": us(lambda: x.new_empty(x.shape)),
         "torch.empty_like(x)": us(lambda: torch.empty_like(x)),
+        "torch.empty(shape, dtype=, device=)":
+            us(lambda: torch.empty((1024,), dtype=torch.float32, device="cuda")),
         "ak.relu(x, out=y)": us(lambda: ak.relu(x, out=y)),
         "ak.relu(x)": us(lambda: ak.relu(x)),
         "torch.relu(x)": us(lambda: torch.relu(x)),
-        "torch.relu(x, out=y) via torch.clamp_min": us(lambda: torch.clamp_min(x, 0, out=y)),
+        "torch.clamp_min(x, 0, out=y)": us(lambda: torch.clamp_min(x, 0, out=y)),
     }
     for k, v in rows.items():
         print(f"{v:8.3f} us  {k}")
 
 
+def grid_sweep() -> None:
+    x = torch.randn(16384, 8192, device="cuda", dtype=torch.bfloat16)
+    nbytes = 2 * x.numel() * 2
+    copy = nbytes / bench.time_gpu(lambda i: torch.empty_like(x).copy_(x)) / 1e9
+    print(f"copy {copy:.3f} TB/s")
+    for bps in (4, 8, 16, 32, 64, 128):
+        _elementwise.BLOCKS_PER_SM = bps
+        _elementwise.elementwise_config.cache_clear()
+        _common._PLANS.clear()
+        cells = []
+        for name, fn in (("relu", ak.relu), ("silu", ak.silu), ("silu_and_mul", ak.silu_and_mul)):
+            moved = nbytes if name != "silu_and_mul" else nbytes * 3 // 4
+            t = bench.time_gpu(lambda i, fn=fn: fn(x))
+            cells.append(f"{name} {moved / t / 1e9:.3f}")
+        print(f"BLOCKS_PER_SM={bps:4d}: " + "  ".join(cells) + " TB/s")
+
+
 if __name__ == "__main__":
-    main()
+    host_costs()
+    grid_sweep()

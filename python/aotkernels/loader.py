@@ -36,7 +36,7 @@ class LoadedFamily:
     blob: bytes  # the image given to cuLibraryLoadData, held for the library's lifetime
     params: struct.Struct
     ptr_offsets: list[int]  # byte offsets of the pointer fields, in struct order
-    kernels: dict[str, int] = field(default_factory=dict)
+    kernels: dict[str, int] = field(default_factory=dict)  # symbol -> CUfunction (primary ctx)
     binary_version: int = 0  # CU_FUNC_ATTRIBUTE_BINARY_VERSION of the loaded image, e.g. 90
     ptx_version: int = 0  # CU_FUNC_ATTRIBUTE_PTX_VERSION, e.g. 75 for compute_75
 
@@ -155,21 +155,31 @@ def _load(name: str, dev: _device.DeviceInfo) -> LoadedFamily:
                           offsets)
     attr = cu.CUfunction_attribute
     err, cudev = cu.cuDeviceGet(dev.index)
-    for entry in fam["entries"]:
-        err, kernel = cu.cuLibraryGetKernel(lib, entry["symbol"].encode())
-        if err != cu.CUresult.CUDA_SUCCESS:
-            raise AotKernelsError(
-                f"{KERNELS_DIR / fam['file']}: entry point {entry['symbol']} not found in image "
-                f"{choice.target}: {err.name}"
-            )
-        loaded.kernels[entry["symbol"]] = int(kernel)
-        if not loaded.binary_version:
-            _, loaded.binary_version = cu.cuKernelGetAttribute(
-                attr.CU_FUNC_ATTRIBUTE_BINARY_VERSION, kernel, cudev
-            )
-            _, loaded.ptx_version = cu.cuKernelGetAttribute(
-                attr.CU_FUNC_ATTRIBUTE_PTX_VERSION, kernel, cudev
-            )
+    # Launch through each kernel's CUfunction in the device's primary context (where every op
+    # launches): resolving a context-independent CUkernel costs the driver a lookup per launch.
+    (err,) = cu.cuCtxPushCurrent(cu.CUcontext(dev.context))
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise AotKernelsError(f"cuCtxPushCurrent failed on device {dev.index}: {err.name}")
+    try:
+        for entry in fam["entries"]:
+            err, kernel = cu.cuLibraryGetKernel(lib, entry["symbol"].encode())
+            if err == cu.CUresult.CUDA_SUCCESS:
+                err, func = cu.cuKernelGetFunction(kernel)
+            if err != cu.CUresult.CUDA_SUCCESS:
+                raise AotKernelsError(
+                    f"{KERNELS_DIR / fam['file']}: entry point {entry['symbol']} not loadable "
+                    f"from image {choice.target}: {err.name}"
+                )
+            loaded.kernels[entry["symbol"]] = int(func)
+            if not loaded.binary_version:
+                _, loaded.binary_version = cu.cuKernelGetAttribute(
+                    attr.CU_FUNC_ATTRIBUTE_BINARY_VERSION, kernel, cudev
+                )
+                _, loaded.ptx_version = cu.cuKernelGetAttribute(
+                    attr.CU_FUNC_ATTRIBUTE_PTX_VERSION, kernel, cudev
+                )
+    finally:
+        cu.cuCtxPopCurrent()
     return loaded
 
 

@@ -165,7 +165,7 @@ def _raw(obj: Any, call: Call, shape: Sequence[int], dtype: str) -> ArrayInfo:
 # A plan is the validated, configured launch of one op for one set of array layouts; only the
 # pointers change between calls. Torch tensors look their plan up by layout (the fast path) and
 # skip validation; everything else builds a plan per call.
-_PLANS: dict[Any, tuple[Any, tuple[int, ...]]] = {}
+_PLANS: dict[Any, tuple[Any, tuple[int, ...] | None]] = {}
 _MAX_PLANS = 4096  # dynamic shapes: bound the cache rather than grow without end
 
 
@@ -191,11 +191,18 @@ def launch(
     make_plan(family, symbol, device, grid, block, *params)(stream)
 
 
-def remember(key: Any, plan: Any, out_shape: tuple[int, ...]) -> None:
-    if key is not None:
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = (plan, out_shape)
+def remember(key: Any, plan: Any, out_shape: tuple[int, ...], x: ArrayInfo) -> None:
+    """Cache ``plan`` for the torch fast path under ``key`` (None: nothing to cache).
+
+    The fast path must allocate exactly as the torch adapter did (``Framework.empty``): like x
+    (``empty_like``) for a contiguous x of the same shape, else ``new_empty(out_shape)``.
+    """
+    if key is None:
+        return
+    like_x = tuple(out_shape) == tuple(x.shape) and x.obj.is_contiguous()
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[key] = (plan, None if like_x else tuple(out_shape))
 
 
 def torch_fast(kernel: str, x: Any, out: Any, stream: Any) -> tuple[Any, Any]:
@@ -206,24 +213,25 @@ def torch_fast(kernel: str, x: Any, out: Any, stream: Any) -> tuple[Any, Any]:
     """
     if type(x) not in TORCH_TYPES:
         return None, None
-    lx = (x.dtype, x.shape, x.stride(), x.get_device())
+    dev = x.get_device()
     if out is None:
-        key: Any = (kernel, lx)
+        key: Any = (kernel, x.dtype, x.shape, x.stride(), dev)
         hit = _PLANS.get(key)
         if hit is None:
             return None, key
-        res = x.new_empty(hit[1])
+        # Same allocation as the slow path's (torch adapter's empty): same layout, same plan.
+        res = _arrays.torch_empty_like(x) if hit[1] is None else x.new_empty(hit[1])
     else:
         if type(out) not in TORCH_TYPES:
             return None, None
-        lo = (out.dtype, out.shape, out.stride(), out.get_device())
-        key = (kernel, lx, lo)
+        xs, os_ = x.stride(), out.stride()
+        key = (kernel, x.dtype, x.shape, xs, dev, out.dtype, out.shape, os_, out.get_device())
         hit = _PLANS.get(key)
         # Same storage with other strides is a partial overlap: the slow path rejects it.
-        if hit is None or (lo[2] != lx[2] and out.data_ptr() == x.data_ptr()):
+        if hit is None or (os_ != xs and out.data_ptr() == x.data_ptr()):
             return None, key
         res = out
-    s = _arrays.torch_stream(lx[3]) if stream is None else stream_handle(stream)
+    s = _arrays.torch_stream(dev) if stream is None else stream_handle(stream)
     hit[0](s, res.data_ptr(), x.data_ptr())  # failures raise AotKernelsError from _core
     return res, None
 

@@ -47,7 +47,7 @@ def _unary(op: str, kernel: str, x: Any, out: Any, stream: Any) -> Any:
         plan = make_plan(FAMILY, symbol + xi.dtype, xi.device, cfg.grid, cfg.block,
                          oi.ptr, xi.ptr, rows, cols, x_rs, o_rs)  # fmt: skip
         plan(call.stream, oi.ptr, xi.ptr)
-        remember(key, plan, tuple(xi.shape))
+        remember(key, plan, tuple(xi.shape), xi)
     return finish(call, res, out is None)
 
 

@@ -58,7 +58,7 @@ def _gated(op: str, kernel: str, x: Any, out: Any, stream: Any) -> Any:
         plan = make_plan(FAMILY, symbol + xi.dtype, xi.device, cfg.grid, cfg.block,
                          oi.ptr, xi.ptr, rows, d, x_rs, o_rs)  # fmt: skip
         plan(call.stream, oi.ptr, xi.ptr)
-        remember(key, plan, (*xi.shape[:-1], d))
+        remember(key, plan, (*xi.shape[:-1], d), xi)
     return finish(call, res, out is None)
 
 

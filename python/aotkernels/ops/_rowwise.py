@@ -1,0 +1,218 @@
+"""What the row-wise ops (norm, softmax) share: argument checks and the launch heuristic.
+
+The checks run before any allocation or launch and raise with the messages RELIABILITY.md
+fixes: "<op>: <arg> must be <expected>, got <actual>".
+
+Launch configuration: one heuristic, one place.
+
+The kernels (``kernels/common/ak/reduce.cuh``) give each row a *row group* of G threads along
+``block.x``; each thread keeps N 16-byte packets of the row in registers (V = 16 / itemsize
+elements per packet), so a row group holds N * G * V elements; ``block.y`` stacks R rows. The
+heuristic, per row length in packets ``nvec = ceil(cols / V)``:
+
+==================  ======  =========================================  ===========================
+size class          N       G (threads per row)                        rows per block R
+==================  ======  =========================================  ===========================
+nvec <= 32          1       next power of two >= nvec (1 .. 32)        256 / G (a warp or less
+                                                                       per row, no barrier)
+32 < nvec <= 64     2       32 (warp per row)                          8
+64 < nvec <= 2048   4       ceil(nvec / 4): 32, then multiples of 32   max(1, 256 // G)
+                            (block per row beyond 128 packets)
+2048 < nvec <= 8192 8       ceil(nvec / 8), a multiple of 32 (<= 1024)  1
+nvec > 8192         0       512, multi-pass (the row streamed twice    1
+                            or three times from global memory)
+==================  ======  =========================================  ===========================
+
+So bf16 rows of 1024 / 4096 / 8192 elements get a warp, 128 and 256 threads with four packets
+each (several 16-byte loads in flight per thread, warp shuffles, one shared-memory step); rows up
+to 64 KiB stay resident with N = 4, up to 128 KiB (65536 bf16 / 32768 f32 elements) with N = 8.
+
+Rows that cannot take 16-byte accesses (``cols % V``, a pointer or a row stride not 16-byte
+aligned) run the scalar layout, which the kernels only keep resident with N = 4: G is chosen so
+that 4 * G * V >= cols, else (cols > 32768 16-bit / 16384 f32 elements) the multi-pass path.
+
+The grid covers ``ceil(rows / R)`` blocks, capped at 32 blocks per SM (the kernels grid-stride
+over rows, so the cap only trims scheduling overhead).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from ..arrays import ITEMSIZE, ArrayInfo, dtype_name
+from ._common import Call, operand, rows_view
+
+__all__ = [
+    "RowwiseConfig",
+    "check_disjoint",
+    "check_eps",
+    "check_rows_disjoint",
+    "row_layout",
+    "rowwise_config",
+    "same_dtype",
+    "vector_operand",
+    "vectorizable",
+]
+
+BLOCK_THREADS = 256  # target block size for short rows (several row groups per block)
+MAX_GROUP = 1024  # kMaxThreads in kernels/common/ak/reduce.cuh
+STREAM_GROUP = 512  # row group of the multi-pass path
+BLOCKS_PER_SM = 32
+
+
+@dataclass(frozen=True)
+class RowwiseConfig:
+    """One launch: ``grid``/``block`` as (x, y) and the kernels' ``vecs_per_thread``."""
+
+    grid: tuple[int, int]
+    block: tuple[int, int]
+    vecs_per_thread: int  # N: 1, 2, 4 or 8 packets resident per thread; 0 = multi-pass
+
+    @property
+    def threads_per_row(self) -> int:
+        return self.block[0]
+
+
+def _group(units: int) -> int:
+    """Smallest row group covering ``units`` (one per thread): a power of two up to a warp,
+    then whole warps."""
+    if units <= 32:
+        g = 1
+        while g < units:
+            g *= 2
+        return g
+    return -(-units // 32) * 32
+
+
+def vectorizable(
+    cols: int, itemsize: int, ptrs: Iterable[int], strides: Iterable[int], rows: int
+) -> bool:
+    """Whether the kernels take the 16-byte path (same test as ``vectorizable`` in reduce.cuh).
+
+    ``ptrs`` are the data pointers the kernel touches (0 for absent ones), ``strides`` the row
+    strides in elements (only checked when there is more than one row).
+    """
+    vec = 16 // itemsize
+    if cols % vec or any(p % 16 for p in ptrs):
+        return False
+    return rows <= 1 or all(s % vec == 0 for s in strides)
+
+
+@lru_cache(maxsize=4096)
+def rowwise_config(
+    rows: int, cols: int, itemsize: int, sm_count: int, vectorized: bool = True
+) -> RowwiseConfig:
+    """The launch for ``rows`` rows of ``cols`` elements (see the module docstring)."""
+    v = 16 // itemsize
+    nvec = -(-cols // v)
+    if vectorized:
+        if nvec <= 32:
+            n, g = 1, _group(nvec)
+        elif nvec <= 64:
+            n, g = 2, 32
+        elif nvec <= 2048:
+            n, g = 4, _group(-(-nvec // 4))
+        elif nvec <= 8 * MAX_GROUP:
+            n, g = 8, _group(-(-nvec // 8))
+        else:
+            n, g = 0, STREAM_GROUP
+    elif nvec <= 32:
+        n, g = 4, _group(nvec)
+    elif nvec <= 4 * MAX_GROUP:
+        n, g = 4, _group(-(-nvec // 4))
+    else:
+        n, g = 0, STREAM_GROUP
+    r = max(1, BLOCK_THREADS // g)
+    blocks = min(-(-rows // r), sm_count * BLOCKS_PER_SM, 2**31 - 1)
+    return RowwiseConfig((max(1, blocks), 1), (g, r), n)
+
+
+# --- argument checks -----------------------------------------------------------------------------
+
+
+def row_layout(op: str, arg: str, info: ArrayInfo) -> tuple[int, int]:
+    """``info`` as rows of its last dimension: (rows, row stride in elements).
+
+    The last dimension must be contiguous and the leading ones must collapse into one row
+    stride (``x[:, :h]``, ``x[::2]`` are fine, a transpose is not): ``rows_view`` raises
+    ``ValueError`` otherwise. A 0-d array is one row of one element.
+    """
+    shape = info.shape
+    cols = shape[-1] if shape else 1
+    rows = math.prod(shape[:-1]) if shape else 1
+    v_rows, v_cols, v_stride = rows_view(op, arg, info)
+    if v_rows == rows and v_cols == cols:
+        return rows, v_stride
+    return rows, cols  # contiguous: rows_view made one long row; split it at the last dim
+
+
+def check_rows_disjoint(op: str, arg: str, rows: int, cols: int, row_stride: int) -> None:
+    """A written array's rows must not overlap each other (stride 0, overlapping strides)."""
+    if rows > 1 and cols > 0 and abs(row_stride) < cols:
+        raise ValueError(
+            f"{op}: {arg} must not overlap itself, got row stride {row_stride} for rows of "
+            f"{cols} elements"
+        )
+
+
+def _span(info: ArrayInfo) -> tuple[int, int] | None:
+    """The byte range [lo, hi) an array touches, or None when it is empty."""
+    if any(n == 0 for n in info.shape):
+        return None
+    item = ITEMSIZE.get(info.dtype, 1)
+    lo = hi = 0
+    for n, st in zip(info.shape, info.strides, strict=True):
+        reach = (n - 1) * st
+        lo += min(0, reach)
+        hi += max(0, reach)
+    return info.ptr + lo * item, info.ptr + (hi + 1) * item
+
+
+def check_disjoint(op: str, a: str, ai: ArrayInfo, b: str, bi: ArrayInfo) -> None:
+    """``ValueError`` when ``a`` (written) and ``b`` share memory; rows of one would race with
+    or read the other's output."""
+    sa, sb = _span(ai), _span(bi)
+    if sa is not None and sb is not None and sa[0] < sb[1] and sb[0] < sa[1]:
+        raise ValueError(
+            f"{op}: {a} must not overlap {b}, got {a} at [{sa[0]:#x}, {sa[1]:#x}) and {b} at "
+            f"[{sb[0]:#x}, {sb[1]:#x})"
+        )
+
+
+def same_dtype(op: str, arg: str, info: ArrayInfo, x: ArrayInfo) -> None:
+    if info.dtype != x.dtype:
+        raise TypeError(
+            f"{op}: {arg}.dtype must be {dtype_name(x.dtype)} (the dtype of x), got "
+            f"{dtype_name(info.dtype)}"
+        )
+
+
+def vector_operand(op: str, arg: str, y: Any, call: Call, hidden: int) -> ArrayInfo:
+    """A per-feature parameter (weight, bias): shape (hidden,), x's dtype and device, stride 1."""
+    info = operand(op, arg, y, call)
+    same_dtype(op, arg, info, call.x)
+    if tuple(info.shape) != (hidden,):
+        raise ValueError(
+            f"{op}: {arg}.shape must be ({hidden},) (the last dimension of x), got "
+            f"{tuple(info.shape)}"
+        )
+    if hidden > 1 and info.strides[0] != 1:
+        raise ValueError(
+            f"{op}: {arg} must be contiguous (stride 1), got stride {info.strides[0]}; pass a "
+            "contiguous copy"
+        )
+    return info
+
+
+def check_eps(op: str, eps: Any) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"{op}: eps must be a real number, got {type(eps).__name__}")
+    value = float(eps)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{op}: eps must be a finite number >= 0, got {eps!r}")
+    return value

@@ -1,0 +1,210 @@
+"""Row normalizations over the last dimension: rms_norm, fused_add_rms_norm, layer_norm.
+
+f32 / f16 / bf16; weight and bias in x's dtype; f32 accumulation and one rounding on store.
+x may be strided by rows (``x[:, :h]``, ``x[::2]``) and start at any element; its last dimension
+must be contiguous. Any hidden size: rows up to 128 KiB stay in registers (one read, one write),
+longer rows are streamed twice (three times for layer_norm) from global memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import device as _device
+from ..arrays import ITEMSIZE
+from ._common import check_dtype, finish, launch, operand, output, prepare
+from ._rowwise import (
+    check_disjoint,
+    check_eps,
+    check_rows_disjoint,
+    row_layout,
+    rowwise_config,
+    same_dtype,
+    vector_operand,
+    vectorizable,
+)
+
+__all__ = ["fused_add_rms_norm", "layer_norm", "rms_norm"]
+
+FAMILY = "norm"
+DTYPES = ("f32", "f16", "bf16")
+_HAS_WEIGHT, _HAS_BIAS = 1, 2  # ak_norm_params.flags (kernels/norm/norm.cuh)
+
+
+def _launch(
+    kernel: str,
+    x: Any,
+    out: Any,
+    residual: Any,
+    weight: Any,
+    bias: Any,
+    rows: int,
+    hidden: int,
+    strides: tuple[int, int, int],
+    eps: float,
+    stream: int,
+) -> None:
+    """One launch of ``ak_<kernel>_<dtype>``; ``x``/``out``/... are ArrayInfo or None."""
+    if rows * hidden == 0:
+        return  # empty: nothing to read or write, no launch
+    item = ITEMSIZE[x.dtype]
+    ptrs = [a.ptr if a is not None else 0 for a in (out, x, residual, weight, bias)]
+    vec = vectorizable(hidden, item, ptrs, strides, rows)
+    sms = _device.device_info(x.device).sm_count
+    cfg = rowwise_config(rows, hidden, item, sms, vec)
+    flags = (_HAS_WEIGHT if weight is not None else 0) | (_HAS_BIAS if bias is not None else 0)
+    launch(FAMILY, f"ak_{kernel}_{x.dtype}", x.device, cfg.grid, cfg.block, stream,
+           *ptrs, rows, hidden, *strides, eps, flags, cfg.vecs_per_thread)  # fmt: skip
+
+
+def _out_layout(op: str, xi: Any, oi: Any, rows: int, hidden: int, allocated: bool) -> int:
+    """Row stride of ``out`` after the checks a caller-provided ``out=`` needs."""
+    if allocated:
+        return hidden
+    _, o_rs = row_layout(op, "out", oi)
+    check_rows_disjoint(op, "out", rows, hidden, o_rs)
+    if (oi.ptr, tuple(oi.strides)) != (xi.ptr, tuple(xi.strides)):  # in place is fine
+        check_disjoint(op, "out", oi, "x", xi)
+    return o_rs
+
+
+def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None, stream: Any = None) -> Any:
+    """``out = x * rsqrt(mean(x**2, -1) + eps) * weight`` over the last dimension.
+
+    Parameters
+    ----------
+    x : CUDA array, float32 / float16 / bfloat16, shape [..., hidden]
+        Last dimension contiguous; leading dimensions may be strided by rows.
+    weight : CUDA array, shape (hidden,), same dtype and device as x, contiguous.
+    eps : float
+        Added to the mean square before the reciprocal square root.
+    out : CUDA array, optional
+        Result buffer of x's shape and dtype; may be x itself (in place).
+    stream : int or stream object, optional
+        Defaults to the current stream of x's framework.
+
+    Returns
+    -------
+    The normalized array (``out`` when given), in x's framework. Accumulation is f32 and the
+    result is rounded once to x's dtype.
+    """
+    op = "rms_norm"
+    call = prepare(op, x, stream)
+    xi = call.x
+    check_dtype(op, "x", xi, DTYPES)
+    if not xi.shape:
+        raise ValueError(f"{op}: x must have at least 1 dimension, got a 0-d array")
+    hidden = xi.shape[-1]
+    rows, x_rs = row_layout(op, "x", xi)
+    wi = vector_operand(op, "weight", weight, call, hidden)
+    eps_f = check_eps(op, eps)
+    res, oi = output(op, call, out, xi.shape, xi.dtype)
+    o_rs = _out_layout(op, xi, oi, rows, hidden, out is None)
+    if out is not None:
+        check_disjoint(op, "out", oi, "weight", wi)
+    _launch(op, xi, oi, None, wi, None, rows, hidden, (x_rs, o_rs, 0), eps_f, call.stream)
+    return finish(call, res, out is None)
+
+
+def fused_add_rms_norm(
+    x: Any, residual: Any, weight: Any, eps: float = 1e-6, *, stream: Any = None
+) -> tuple[Any, Any]:
+    """``residual += x; x = rms_norm(residual, weight, eps)``, both in place.
+
+    The vLLM / FlashInfer convention: the sum ``x + residual`` is computed in f32, rounded to
+    the storage dtype and written to ``residual``; that rounded value is what gets normalized
+    (``x = residual * rsqrt(mean(residual**2, -1) + eps) * weight``, rounded once).
+
+    Parameters
+    ----------
+    x : CUDA array, float32 / float16 / bfloat16, shape [..., hidden]
+        Overwritten with the normalized result. Must be a mutable array (not JAX).
+    residual : CUDA array, same shape, dtype and device as x
+        Overwritten with ``x + residual``. Must not overlap x.
+    weight : CUDA array, shape (hidden,), same dtype and device as x, contiguous.
+    eps : float
+    stream : int or stream object, optional
+
+    Returns
+    -------
+    (x, residual) : the two inputs, updated.
+    """
+    op = "fused_add_rms_norm"
+    call = prepare(op, x, stream)
+    xi = call.x
+    check_dtype(op, "x", xi, DTYPES)
+    if not xi.fw.mutable:
+        raise TypeError(
+            f"{op}: x must be a mutable array (the op writes x and residual in place), got an "
+            f"immutable {xi.fw.name} array"
+        )
+    if not xi.shape:
+        raise ValueError(f"{op}: x must have at least 1 dimension, got a 0-d array")
+    hidden = xi.shape[-1]
+    ri = operand(op, "residual", residual, call)
+    same_dtype(op, "residual", ri, xi)
+    if tuple(ri.shape) != tuple(xi.shape):
+        raise ValueError(
+            f"{op}: residual.shape must be {tuple(xi.shape)} (the shape of x), got "
+            f"{tuple(ri.shape)}"
+        )
+    rows, x_rs = row_layout(op, "x", xi)
+    _, r_rs = row_layout(op, "residual", ri)
+    check_rows_disjoint(op, "x", rows, hidden, x_rs)
+    check_rows_disjoint(op, "residual", rows, hidden, r_rs)
+    check_disjoint(op, "residual", ri, "x", xi)
+    wi = vector_operand(op, "weight", weight, call, hidden)
+    check_disjoint(op, "x", xi, "weight", wi)
+    check_disjoint(op, "residual", ri, "weight", wi)
+    eps_f = check_eps(op, eps)
+    _launch(op, xi, xi, ri, wi, None, rows, hidden, (x_rs, x_rs, r_rs), eps_f, call.stream)
+    return x, residual
+
+
+def layer_norm(
+    x: Any,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+    *,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
+    """``out = (x - mean) * rsqrt(var + eps) * weight + bias`` over the last dimension.
+
+    ``var`` is the biased variance (mean of ``(x - mean)**2``), as in ``torch.nn.functional
+    .layer_norm``; it is computed from the centred values, not as ``E[x**2] - mean**2``.
+
+    Parameters
+    ----------
+    x : CUDA array, float32 / float16 / bfloat16, shape [..., hidden]
+    weight, bias : CUDA arrays of shape (hidden,), x's dtype and device, contiguous; optional
+        (absent: 1 and 0).
+    eps : float
+    out : CUDA array, optional
+        Result buffer of x's shape and dtype; may be x itself (in place).
+    stream : int or stream object, optional
+
+    Returns
+    -------
+    The normalized array (``out`` when given), in x's framework.
+    """
+    op = "layer_norm"
+    call = prepare(op, x, stream)
+    xi = call.x
+    check_dtype(op, "x", xi, DTYPES)
+    if not xi.shape:
+        raise ValueError(f"{op}: x must have at least 1 dimension, got a 0-d array")
+    hidden = xi.shape[-1]
+    rows, x_rs = row_layout(op, "x", xi)
+    wi = None if weight is None else vector_operand(op, "weight", weight, call, hidden)
+    bi = None if bias is None else vector_operand(op, "bias", bias, call, hidden)
+    eps_f = check_eps(op, eps)
+    res, oi = output(op, call, out, xi.shape, xi.dtype)
+    o_rs = _out_layout(op, xi, oi, rows, hidden, out is None)
+    if out is not None:
+        for name, info in (("weight", wi), ("bias", bi)):
+            if info is not None:
+                check_disjoint(op, "out", oi, name, info)
+    _launch(op, xi, oi, None, wi, bi, rows, hidden, (x_rs, o_rs, 0), eps_f, call.stream)
+    return finish(call, res, out is None)
