@@ -89,10 +89,10 @@ void set_driver(uintptr_t launch, uintptr_t ctx_get, uintptr_t ctx_set, uintptr_
   g_driver.mem_free = reinterpret_cast<decltype(g_driver.mem_free)>(mem_free);
 }
 
-// The one launch path. `kernel` is a CUkernel from cuLibraryGetKernel (the driver accepts it as
-// a CUfunction and loads it into `ctx` on first use). Everything is fixed but the array pointers: built once per (op, layouts) by the
-// Python op layer after full validation, then called with fresh pointers on every hit. Keeps
-// per-call host work to patching a few bytes and one cuLaunchKernel.
+// The one launch path. `kernel` is the CUfunction of an entry point in `ctx` (the device's primary
+// context). Everything is fixed but the array pointers: built once per (op, layouts) by the Python
+// op layer after full validation, then called with fresh pointers on every hit, so per-call host
+// work is patching a few bytes and one cuLaunchKernel.
 class LaunchPlan {
  public:
   LaunchPlan(std::string name, uintptr_t kernel, uintptr_t ctx, std::vector<unsigned> grid,
@@ -127,9 +127,9 @@ class LaunchPlan {
     void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, params_.data(), CU_LAUNCH_PARAM_BUFFER_SIZE,
                      &size, CU_LAUNCH_PARAM_END};
     ScopedContext scope(ctx_);
-    CUresult rc = g_driver.launch(kernel_, grid_[0], grid_[1], grid_[2], block_[0], block_[1],
-                                  block_[2], smem_, reinterpret_cast<CUstream>(stream), nullptr,
-                                  extra);
+    CUresult rc =
+        g_driver.launch(kernel_, grid_[0], grid_[1], grid_[2], block_[0], block_[1], block_[2],
+                        smem_, reinterpret_cast<CUstream>(stream), nullptr, extra);
     if (rc != CUDA_SUCCESS) raise_cuda(name_ + ": cuLaunchKernel", rc);
   }
 
@@ -231,7 +231,7 @@ NB_MODULE(_core, m) {
   m.def("dlpack_info", &dlpack_info);
   m.def("empty", &empty);
   nb::class_<LaunchPlan>(m, "LaunchPlan")
-      .def(nb::init<std::string, uintptr_t, uintptr_t, std::vector<unsigned>, std::vector<unsigned>, unsigned,
-                    nb::bytes, std::vector<size_t>>())
+      .def(nb::init<std::string, uintptr_t, uintptr_t, std::vector<unsigned>, std::vector<unsigned>,
+                    unsigned, nb::bytes, std::vector<size_t>>())
       .def("__call__", &LaunchPlan::operator());
 }

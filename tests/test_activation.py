@@ -27,8 +27,11 @@ DTYPES = ["float32", "float16", "bfloat16"]
 
 @pytest.mark.parametrize("dtype", ["float64", "int8", "int32"])
 def test_rejects_unclaimed_dtype(dtype: str) -> None:
-    with pytest.raises(TypeError, match=r"silu: x.dtype must be one of float32, float16, "
-                                        rf"bfloat16, got {dtype}"):
+    with pytest.raises(
+        TypeError,
+        match=r"silu: x.dtype must be one of float32, float16, "
+        rf"bfloat16, got {dtype}",
+    ):
         ak.silu(FakeCudaArray((4, 8), dtype))
 
 
@@ -66,8 +69,11 @@ def test_out_shape_dtype_device_checked() -> None:
         ak.relu(x, out=FakeCudaArray((4, 9), ptr=0x90000))
     with pytest.raises(TypeError, match=r"relu: out.dtype must be float32, got float16"):
         ak.relu(x, out=FakeCudaArray((4, 8), "float16", ptr=0x90000))
-    with pytest.raises(ValueError, match=r"relu: out must be on the same device as x \(cuda:0\), "
-                                         r"got cuda:1"):
+    with pytest.raises(
+        ValueError,
+        match=r"relu: out must be on the same device as x \(cuda:0\), "
+        r"got cuda:1",
+    ):
         ak.relu(x, out=FakeCudaArray((4, 8), device=1, ptr=0x90000))
 
 
@@ -96,8 +102,9 @@ def _randn(shape, dtype, scale=3.0):  # type: ignore[no-untyped-def]
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", list(OPS))
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1,), (17,), (4097,), (65537,), (7, 46), (5, 111), (3, 3584),
-                                   (2, 3, 5, 7)])
+@pytest.mark.parametrize(
+    "shape", [(1,), (17,), (4097,), (65537,), (7, 46), (5, 111), (3, 3584), (2, 3, 5, 7)]
+)
 def test_matches_reference(op: str, dtype: str, shape: tuple[int, ...]) -> None:
     import torch
 
@@ -154,8 +161,7 @@ def test_misaligned_storage_offsets(dtype: str, offset: int) -> None:
     out = out_base[8 - offset : 8 - offset + 4097]
     ak.sigmoid(x, out=out)
     torch.testing.assert_close(out.float(), activation_ref("sigmoid", x), **tol(x.dtype))
-    torch.testing.assert_close(ak.sigmoid(x).float(), activation_ref("sigmoid", x),
-                               **tol(x.dtype))
+    torch.testing.assert_close(ak.sigmoid(x).float(), activation_ref("sigmoid", x), **tol(x.dtype))
 
 
 @pytest.mark.gpu
@@ -167,16 +173,18 @@ def test_empty_and_zero_dim(shape: tuple[int, ...]) -> None:
     y = ak.relu(x)
     assert y.shape == x.shape
     assert torch.equal(y, torch.relu(x))
-    assert torch.equal(ak.relu(_randn((5,), "float32")) >= 0, torch.ones(5, dtype=torch.bool,
-                                                                          device="cuda"))
+    assert torch.equal(
+        ak.relu(_randn((5,), "float32")) >= 0, torch.ones(5, dtype=torch.bool, device="cuda")
+    )
 
 
 @pytest.mark.gpu
 def test_in_place_and_special_values() -> None:
     import torch
 
-    x = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 3.0, -3.0],
-                     device="cuda")
+    x = torch.tensor(
+        [float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 3.0, -3.0], device="cuda"
+    )
     assert torch.equal(ak.relu(x).isnan(), torch.relu(x).isnan())
     torch.testing.assert_close(ak.relu(x), torch.relu(x), equal_nan=True)
     torch.testing.assert_close(ak.sigmoid(x), torch.sigmoid(x), equal_nan=True)
@@ -214,9 +222,11 @@ def test_more_than_2_31_elements() -> None:
     out = torch.full_like(x, float("nan"))
     ak.silu(x, out=out)
     torch.testing.assert_close(out[-1000:].float(), activation_ref("silu", tail), **tol(x.dtype))
-    torch.testing.assert_close(out[2**31 - 500 : 2**31 + 500].float(),
-                               activation_ref("silu", x[2**31 - 500 : 2**31 + 500]),
-                               **tol(x.dtype))
+    torch.testing.assert_close(
+        out[2**31 - 500 : 2**31 + 500].float(),
+        activation_ref("silu", x[2**31 - 500 : 2**31 + 500]),
+        **tol(x.dtype),
+    )
     assert not out.isnan().any()
 
 

@@ -18,8 +18,11 @@ DTYPES = ["float32", "float16", "bfloat16"]
 
 
 def test_odd_last_dim_rejected_even_accepted_until_launch() -> None:
-    with pytest.raises(ValueError, match=r"silu_and_mul: x.shape\[-1\] must be even .* got "
-                                         r"shape \(3, 7\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"silu_and_mul: x.shape\[-1\] must be even .* got "
+        r"shape \(3, 7\)",
+    ):
         ak.silu_and_mul(FakeCudaArray((3, 7)))
     # positive control at the boundary: an even last dim passes validation and fails only
     # where the launch needs a driver. (On a GPU the fake pointer must not reach a kernel:
@@ -42,8 +45,9 @@ def test_dtype_and_out_shape_checked() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", list(OPS))
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 2), (17, 2), (4097, 2), (3, 92), (5, 222), (7, 7168),
-                                   (2, 3, 8194), (1, 65538)])
+@pytest.mark.parametrize(
+    "shape", [(1, 2), (17, 2), (4097, 2), (3, 92), (5, 222), (7, 7168), (2, 3, 8194), (1, 65538)]
+)
 def test_matches_reference(op: str, dtype: str, shape: tuple[int, ...]) -> None:
     import torch
 
@@ -79,8 +83,10 @@ def test_empty_rows() -> None:
     x = torch.randn(0, 16, device="cuda")
     assert ak.silu_and_mul(x).shape == (0, 8)
     assert ak.silu_and_mul(torch.randn(4, 0, device="cuda")).shape == (4, 0)
-    torch.testing.assert_close(ak.silu_and_mul(torch.ones(2, 4, device="cuda")),
-                               gated_ref("silu_and_mul", torch.ones(2, 4, device="cuda")))
+    torch.testing.assert_close(
+        ak.silu_and_mul(torch.ones(2, 4, device="cuda")),
+        gated_ref("silu_and_mul", torch.ones(2, 4, device="cuda")),
+    )
 
 
 @pytest.mark.gpu

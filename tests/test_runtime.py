@@ -20,11 +20,19 @@ import aotkernels as ak
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
-def _run(script: str, env: dict[str, str] | None = None, timeout: int = 300,
-         prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*(prefix or []), sys.executable, str(SCRIPTS / script)],
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+def _run(
+    script: str,
+    env: dict[str, str] | None = None,
+    timeout: int = 300,
+    prefix: list[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*(prefix or []), sys.executable, str(SCRIPTS / script)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _json_line(proc: subprocess.CompletedProcess[str]) -> dict:  # type: ignore[type-arg]
@@ -36,12 +44,15 @@ def _json_line(proc: subprocess.CompletedProcess[str]) -> dict:  # type: ignore[
 
 
 def test_import_touches_no_cuda() -> None:
-    code = ("import sys, time; t = time.perf_counter(); import aotkernels; "
-            "dt = time.perf_counter() - t; "
-            "bad = [m for m in sys.modules if m.startswith(('cuda', 'torch', 'cupy', 'jax')) "
-            "or m == 'aotkernels._core']; print(dt, bad)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.split(maxsplit=1)
+    code = (
+        "import sys, time; t = time.perf_counter(); import aotkernels; "
+        "dt = time.perf_counter() - t; "
+        "bad = [m for m in sys.modules if m.startswith(('cuda', 'torch', 'cupy', 'jax')) "
+        "or m == 'aotkernels._core']; print(dt, bad)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split(maxsplit=1)
     assert out[1].strip() == "[]"
     assert float(out[0]) < 0.5
 
@@ -51,15 +62,20 @@ def test_no_driver_gives_clear_error_at_first_op() -> None:
     the first op raises AotKernelsError while matrix/doctor --arch keep working."""
     code = (
         "import aotkernels as ak\n"
-        "import sys; sys.path.insert(0, %r)\n"
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "from helpers.fake_dlpack import FakeCudaArray\n"
         "assert 'activation' in ak.matrix()['families']\n"
         "assert ak.doctor(arch='9.0')['devices'][0]['families']['activation']['image']\n"
         "try:\n    ak.silu(FakeCudaArray((4,)))\nexcept ak.AotKernelsError as e:\n"
         "    print('AotKernelsError:', e)\n"
-    ) % str(Path(__file__).parent)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, timeout=120)
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("AotKernelsError:"), proc.stdout
     assert "driver" in proc.stdout or "device" in proc.stdout
@@ -132,8 +148,9 @@ def test_jax_in_jax_out() -> None:
     x = jax.random.normal(jax.random.PRNGKey(0), (33, 257), dtype=jnp.float32)
     y = ak.gelu(x)
     assert isinstance(y, jax.Array) and y.shape == x.shape and y.dtype == x.dtype
-    np.testing.assert_allclose(np.asarray(y), np.asarray(jax.nn.gelu(x, approximate=False)),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(y), np.asarray(jax.nn.gelu(x, approximate=False)), rtol=1e-5, atol=1e-6
+    )
     xb = x.astype(jnp.bfloat16)
     yb = ak.silu_and_mul(xb[:, :256])
     assert isinstance(yb, jax.Array) and yb.shape == (33, 128) and yb.dtype == jnp.bfloat16
@@ -220,8 +237,7 @@ def test_fork_after_import() -> None:
         "_, status = os.waitpid(pid, 0)\n"
         "print('child', os.waitstatus_to_exitcode(status))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "child 0", proc.stdout + proc.stderr
 
 
@@ -243,13 +259,17 @@ def test_compute_sanitizer_clean(tool: str) -> None:
     sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
     if not Path(sanitizer).exists():
         pytest.skip("compute-sanitizer is not installed")
-    proc = _run("sanitize_case.py", timeout=600,
-                prefix=[sanitizer, "--tool", tool, "--error-exitcode", "9"])
+    proc = _run(
+        "sanitize_case.py", timeout=600, prefix=[sanitizer, "--tool", tool, "--error-exitcode", "9"]
+    )
     out = proc.stdout + proc.stderr
     assert "SANITIZE_CASE_OK" in out, out[-3000:]  # the case really ran under the tool
     # memcheck/initcheck/synccheck end with "ERROR SUMMARY", racecheck with its own summary
-    assert re.search(r"(ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards displayed "
-                     r"\(0 errors, 0 warnings\))", out), out[-3000:]
+    assert re.search(
+        r"(ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards displayed "
+        r"\(0 errors, 0 warnings\))",
+        out,
+    ), out[-3000:]
     assert proc.returncode == 0, out[-3000:]
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-from aotkernels.arch_matrix import MatrixError, load_matrix  # noqa: E402
-from aotkernels.plan import PlanError, check_toolkit, make_plan, summary_line, write_plan  # noqa: E402
+from aotkernels.arch_matrix import MatrixError, load_matrix
+from aotkernels.plan import PlanError, check_toolkit, make_plan, summary_line, write_plan
 
 
 def main(argv: list[str] | None = None) -> int:

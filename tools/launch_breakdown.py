@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -46,19 +47,22 @@ def host_costs() -> None:
     cu = device.cuda_driver()
     _, kern = cu.cuLibraryGetKernel(fam.library, b"ak_relu_f32")
     params = fam.params.pack(yp, xp, 1, 1024, 1024, 1024)
-    by_kernel = _core.LaunchPlan("k", int(kern), fam.device.context, [1, 1, 1], [256, 1, 1], 0,
-                                 params, fam.ptr_offsets)
+    by_kernel = _core.LaunchPlan(
+        "k", int(kern), fam.device.context, [1, 1, 1], [256, 1, 1], 0, params, fam.ptr_offsets
+    )
     rows = {
         "plan(stream, ptrs) via CUfunction": us(lambda: plan(0, yp, xp)),
         "same plan via context-independent CUkernel": us(lambda: by_kernel(0, yp, xp)),
-        "layout key of x (dtype, shape, stride, device)":
-            us(lambda: (x.dtype, x.shape, x.stride(), x.get_device())),
+        "layout key of x (dtype, shape, stride, device)": us(
+            lambda: (x.dtype, x.shape, x.stride(), x.get_device())
+        ),
         "x.data_ptr()": us(lambda: x.data_ptr()),
         "torch current raw stream": us(lambda: arrays.torch_stream(0)),
         "x.new_empty(shape)": us(lambda: x.new_empty(x.shape)),
         "torch.empty_like(x)": us(lambda: torch.empty_like(x)),
-        "torch.empty(shape, dtype=, device=)":
-            us(lambda: torch.empty((1024,), dtype=torch.float32, device="cuda")),
+        "torch.empty(shape, dtype=, device=)": us(
+            lambda: torch.empty((1024,), dtype=torch.float32, device="cuda")
+        ),
         "ak.relu(x, out=y)": us(lambda: ak.relu(x, out=y)),
         "ak.relu(x)": us(lambda: ak.relu(x)),
         "torch.relu(x)": us(lambda: torch.relu(x)),
@@ -66,6 +70,10 @@ def host_costs() -> None:
     }
     for k, v in rows.items():
         print(f"{v:8.3f} us  {k}")
+
+
+def _call(fn: Callable[[torch.Tensor], object], x: torch.Tensor, _: int) -> object:
+    return fn(x)
 
 
 def grid_sweep() -> None:
@@ -80,7 +88,7 @@ def grid_sweep() -> None:
         cells = []
         for name, fn in (("relu", ak.relu), ("silu", ak.silu), ("silu_and_mul", ak.silu_and_mul)):
             moved = nbytes if name != "silu_and_mul" else nbytes * 3 // 4
-            t = bench.time_gpu(lambda i, fn=fn: fn(x))
+            t = bench.time_gpu(partial(_call, fn, x))
             cells.append(f"{name} {moved / t / 1e9:.3f}")
         print(f"BLOCKS_PER_SM={bps:4d}: " + "  ".join(cells) + " TB/s")
 

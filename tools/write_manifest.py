@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-from aotkernels.fatbin import FatbinError  # noqa: E402
-from aotkernels.manifest import ManifestError, write_manifest  # noqa: E402
+from aotkernels.fatbin import FatbinError
+from aotkernels.manifest import ManifestError, write_manifest
 
 
 def _version(pyproject: Path) -> str:

@@ -50,8 +50,8 @@ __device__ __forceinline__ void run(const ak_activation_params& p) {
 
 }  // namespace ak::activation
 
-#define AK_ENTRY(symbol, op, T)                                                      \
-  extern "C" __global__ void __launch_bounds__(ak::activation::kMaxThreads)         \
-      symbol(const __grid_constant__ ak_activation_params p) {                      \
-    ak::activation::run<ak::op##_fn<T>, T>(p);                                          \
+#define AK_ENTRY(symbol, op, T)                                             \
+  extern "C" __global__ void __launch_bounds__(ak::activation::kMaxThreads) \
+      symbol(const __grid_constant__ ak_activation_params p) {              \
+    ak::activation::run<ak::op##_fn<T>, T>(p);                              \
   }

@@ -62,8 +62,8 @@ __device__ __forceinline__ void run(const ak_gated_params& p) {
 
 }  // namespace ak::gated
 
-#define AK_ENTRY(symbol, op, T)                                                      \
-  extern "C" __global__ void __launch_bounds__(ak::gated::kMaxThreads)              \
-      symbol(const __grid_constant__ ak_gated_params p) {                           \
-    ak::gated::run<ak::gated::op##_fn<T>, T>(p);                                        \
+#define AK_ENTRY(symbol, op, T)                                        \
+  extern "C" __global__ void __launch_bounds__(ak::gated::kMaxThreads) \
+      symbol(const __grid_constant__ ak_gated_params p) {              \
+    ak::gated::run<ak::gated::op##_fn<T>, T>(p);                       \
   }

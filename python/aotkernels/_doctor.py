@@ -28,12 +28,18 @@ def _families(cc: tuple[int, int], driver: tuple[int, int], label: str) -> dict[
     out: dict[str, Any] = {}
     for name, fam in man["families"].items():
         try:
-            c = choose_image(name, fam, cc, driver, device=label,
-                             force_ptx=loader.force_ptx(), matrix_targets=targets)
+            c = choose_image(
+                name,
+                fam,
+                cc,
+                driver,
+                device=label,
+                force_ptx=loader.force_ptx(),
+                matrix_targets=targets,
+            )
             out[name] = {"image": c.target, "kind": c.image["kind"], "reason": c.reason}
         except AotKernelsError as e:
-            out[name] = {"image": None, "kind": None, "reason": str(e),
-                         "error": type(e).__name__}
+            out[name] = {"image": None, "kind": None, "reason": str(e), "error": type(e).__name__}
     return out
 
 
@@ -41,8 +47,12 @@ def report(arch: str | None = None, driver: str | None = None) -> dict[str, Any]
     """The doctor report; ``arch`` simulates a device, ``driver`` a driver CUDA version."""
     man = loader.manifest()
     rep: dict[str, Any] = {
-        "package": {"version": man["package_version"], "toolkit": man["toolkit"],
-                    "driver_floor": man["driver_floor"], "archs": man.get("archs")},
+        "package": {
+            "version": man["package_version"],
+            "toolkit": man["toolkit"],
+            "driver_floor": man["driver_floor"],
+            "archs": man.get("archs"),
+        },
         "driver": None,
         "devices": [],
     }
@@ -61,8 +71,14 @@ def report(arch: str | None = None, driver: str | None = None) -> dict[str, Any]
         cc = parse_cc(arch)
         label = f"a simulated {format_version(cc)} device"
         rep["simulated"] = {"cc": format_version(cc), "driver": format_version(drv)}
-        rep["devices"].append({"index": None, "name": "simulated", "cc": format_version(cc),
-                               "families": _families(cc, drv, label)})
+        rep["devices"].append(
+            {
+                "index": None,
+                "name": "simulated",
+                "cc": format_version(cc),
+                "families": _families(cc, drv, label),
+            }
+        )
         return rep
     if real_driver is None:
         return rep

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -224,13 +225,13 @@ def _resolve_family_targets(
     # later minors too, an `f` cubin on its family, an `a` cubin on one cc only.
     rank = {"": 0, "f": 1, "a": 2}
     best: dict[tuple[int, int], Target] = {}
-    for t in targets.values():
-        if not set(requires) <= t.features:
+    for tgt in targets.values():
+        if not set(requires) <= tgt.features:
             continue
-        if not requires and t.variant:
+        if not requires and tgt.variant:
             continue
-        if t.cc not in best or rank[t.variant] < rank[best[t.cc].variant]:
-            best[t.cc] = t
+        if tgt.cc not in best or rank[tgt.variant] < rank[best[tgt.cc].variant]:
+            best[tgt.cc] = tgt
     if not best:
         raise MatrixError(f"{where}.requires: no target provides all of {requires}")
     chosen = {t.name for t in best.values()}
@@ -296,9 +297,7 @@ def _parse_family(
             or not _IDENT_RE.match(str(p[0]))
             or p[1] not in PARAM_TYPES
         ):
-            raise MatrixError(
-                f"{where}.params: expected [name, one of {PARAM_TYPES}], got {p!r}"
-            )
+            raise MatrixError(f"{where}.params: expected [name, one of {PARAM_TYPES}], got {p!r}")
         params.append((p[0], p[1]))
     if len({p[0] for p in params}) != len(params):
         raise MatrixError(f"{where}.params: duplicate parameter name")

@@ -15,7 +15,13 @@ __all__ = [
     "ITEMSIZE",
     "TORCH_TYPES",
     "ArrayInfo",
-    "DeviceBuffer", "Framework", "dtype_name", "framework_of", "stream_handle"]
+    "DeviceBuffer",
+    "contiguous_strides",
+    "Framework",
+    "dtype_name",
+    "framework_of",
+    "stream_handle",
+]
 
 # Our dtype names and how they are spelled elsewhere.
 LONG_NAMES = {
@@ -23,16 +29,33 @@ LONG_NAMES = {
     "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2", "int32": "int32", "f64": "float64",
 }  # fmt: skip
 _BY_LONG = {v: k for k, v in LONG_NAMES.items()}
-ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "int8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "int32": 4,
-            "f64": 8}
+ITEMSIZE = {
+    "f32": 4,
+    "f16": 2,
+    "bf16": 2,
+    "int8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "int32": 4,
+    "f64": 8,
+}
 # DLPack (type code, bits) -> our name: 0 int, 1 uint, 2 float, 4 bfloat.
 _DLPACK_DTYPES = {(2, 32): "f32", (2, 16): "f16", (4, 16): "bf16", (0, 8): "int8",
                   (0, 32): "int32", (2, 64): "f64"}  # fmt: skip
 _DLPACK_CODES = {v: k for k, v in _DLPACK_DTYPES.items()}
 _CAI_DTYPES = {"<f4": "f32", "<f2": "f16", "|i1": "int8", "<i4": "int32", "<f8": "f64"}
 _KDLCUDA = 2
-_DLPACK_DEVICES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal",
-                   10: "rocm", 13: "cuda_managed", 14: "oneapi"}
+_DLPACK_DEVICES = {
+    1: "cpu",
+    2: "cuda",
+    3: "cuda_host",
+    4: "opencl",
+    7: "vulkan",
+    8: "metal",
+    10: "rocm",
+    13: "cuda_managed",
+    14: "oneapi",
+}
 
 
 # Filled when the torch adapter is first made: the op layer's fast path for torch tensors.
@@ -60,6 +83,15 @@ class DeviceBuffer:
             raise BufferError("DeviceBuffer: the DLPack capsule was already consumed")
         cap, self._capsule = self._capsule, None
         return cap
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major strides, in elements, of a compact array of ``shape``."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
 
 
 def dtype_name(dt: str) -> str:
@@ -154,8 +186,9 @@ class _CuPy(Framework):
         item = x.itemsize
         strides = tuple(s // item for s in x.strides)
         if any(s % item for s in x.strides):
-            raise ValueError(f"{op}: {arg} strides must be multiples of the item size, got "
-                             f"{x.strides}")
+            raise ValueError(
+                f"{op}: {arg} strides must be multiples of the item size, got {x.strides}"
+            )
         dt = _BY_LONG.get(x.dtype.name, x.dtype.name)
         return ArrayInfo(x, x.data.ptr, x.shape, strides, dt, x.device.id, self)
 
@@ -174,15 +207,16 @@ class _DLPack(Framework):
     def info(self, x: Any, op: str, arg: str, stream: int) -> ArrayInfo:
         from . import _core
 
-        dev_type, dev_id = x.__dlpack_device__()
+        dev_type, _ = x.__dlpack_device__()
         if dev_type != _KDLCUDA:
             raise _not_cuda(op, arg, _DLPACK_DEVICES.get(dev_type, f"DLPack device {dev_type}"))
         # stream=: the producer makes the data ready on our stream (1 = legacy default stream).
         cap = x.__dlpack__(stream=stream or 1)
         ptr, _t, dev, code, bits, lanes, shape, strides = _core.dlpack_info(cap)
         dt = _DLPACK_DTYPES.get((code, bits)) if lanes == 1 else None
-        return ArrayInfo(x, ptr, shape, strides, dt or f"dlpack(code={code}, bits={bits})", dev,
-                         self)
+        return ArrayInfo(
+            x, ptr, shape, strides, dt or f"dlpack(code={code}, bits={bits})", dev, self
+        )
 
 
 class _Jax(_DLPack):
@@ -214,12 +248,9 @@ class _CudaArrayInterface(Framework):
         dt = _CAI_DTYPES.get(cai["typestr"], cai["typestr"])
         item = int(cai["typestr"][2:])
         if cai.get("strides") is None:
-            strides, s = [], 1
-            for n in reversed(shape):
-                strides.insert(0, s)
-                s *= n
+            strides = contiguous_strides(shape)
         else:
-            strides = [b // item for b in cai["strides"]]
+            strides = tuple(b // item for b in cai["strides"])
         cu = device.cuda_driver()
         if cai.get("stream") not in (None, stream):
             cu.cuStreamSynchronize(cai["stream"])  # the protocol's producer-stream handshake
@@ -229,7 +260,7 @@ class _CudaArrayInterface(Framework):
             err, dev = cu.cuPointerGetAttribute(attr, ptr)
             if err != cu.CUresult.CUDA_SUCCESS:
                 raise _not_cuda(op, arg, "host memory")
-        return ArrayInfo(x, ptr, shape, tuple(strides), dt, int(dev), self)
+        return ArrayInfo(x, ptr, shape, strides, dt, int(dev), self)
 
 
 _cache: dict[type, Framework] = {}

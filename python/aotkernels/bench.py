@@ -47,7 +47,12 @@ def time_gpu(fn: Callable[[int], Any], reps: int = 50, warmup: int = 5) -> float
         fn(i)
         ends[i].record()
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return float(statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)))
+
+
+def rotating(fn: Callable[[Any], Any], inputs: list[Any]) -> float:
+    """Median ms of ``fn`` over calls that rotate through ``inputs`` (defeats the L2)."""
+    return time_gpu(lambda i: fn(inputs[i % len(inputs)]))
 
 
 def host_us(fn: Callable[[], Any], calls: int = 20000, rounds: int = 5) -> float:
@@ -104,8 +109,7 @@ def bench_launch(args: argparse.Namespace) -> list[dict[str, Any]]:
 
         dev = Device()
         dev.set_current()
-        prog = Program(_RELU_SRC, code_type="c++",
-                       options=ProgramOptions(arch=f"sm_{dev.arch}"))
+        prog = Program(_RELU_SRC, code_type="c++", options=ProgramOptions(arch=f"sm_{dev.arch}"))
         kern = prog.compile("cubin").get_kernel("relu_f32")
         stream = dev.create_stream()
         cfg = LaunchConfig(grid=4, block=256)
@@ -121,7 +125,9 @@ def bench_launch(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def _elementwise_cases(torch: Any) -> dict[str, tuple[Callable[..., Any], Callable[..., Any], bool]]:
+def _elementwise_cases(
+    torch: Any,
+) -> dict[str, tuple[Callable[..., Any], Callable[..., Any], bool]]:
     import torch.nn.functional as F
 
     import aotkernels as ak
@@ -136,8 +142,11 @@ def _elementwise_cases(torch: Any) -> dict[str, tuple[Callable[..., Any], Callab
     return {  # name: (ours, torch eager formula, halves the last dim)
         "relu": (ak.relu, torch.relu, False),
         "gelu": (ak.gelu, F.gelu, False),
-        "gelu_tanh": (lambda x: ak.gelu(x, approximate="tanh"),
-                      lambda x: F.gelu(x, approximate="tanh"), False),
+        "gelu_tanh": (
+            lambda x: ak.gelu(x, approximate="tanh"),
+            lambda x: F.gelu(x, approximate="tanh"),
+            False,
+        ),
         "silu": (ak.silu, F.silu, False),
         "sigmoid": (ak.sigmoid, torch.sigmoid, False),
         "silu_and_mul": (ak.silu_and_mul, gated(F.silu), True),
@@ -152,24 +161,21 @@ def bench_elementwise(args: argparse.Namespace) -> list[dict[str, Any]]:
     ops = args.ops.split(",") if args.ops else list(cases)
     rows: list[dict[str, Any]] = []
     for dtype_name in args.dtypes.split(","):
-        dtype = getattr(torch, {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}
-                        [dtype_name])
+        dtype = getattr(torch, {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[dtype_name])
         for size_name, shape in sizes.items():
             nbytes = shape[0] * shape[1] * torch.finfo(dtype).bits // 8
             sets = max(1, min(16, L2_ROTATE_BYTES // nbytes))
             xs = [torch.randn(shape, device="cuda", dtype=dtype) for _ in range(sets)]
             dst = torch.empty_like(xs[0])
-            copy_ms = time_gpu(lambda i: dst.copy_(xs[i % sets]))
-            copy_tbs = 2 * nbytes / copy_ms / 1e9
+            copy_tbs = 2 * nbytes / rotating(dst.copy_, xs) / 1e9
             for op in ops:
                 ours, eager, halves = cases[op]
                 moved = nbytes + (nbytes // 2 if halves else nbytes)
-                t_ours = time_gpu(lambda i: ours(xs[i % sets]))
-                t_eager = time_gpu(lambda i: eager(xs[i % sets]))
+                t_ours = rotating(ours, xs)
+                t_eager = rotating(eager, xs)
                 t_comp = None
                 if not args.no_compile:
-                    comp = torch.compile(eager, dynamic=False)
-                    t_comp = time_gpu(lambda i: comp(xs[i % sets]))
+                    t_comp = rotating(torch.compile(eager, dynamic=False), xs)
                 tbs = moved / t_ours / 1e9
                 rows.append({
                     "op": op, "dtype": dtype_name, "size": size_name, "shape": list(shape),
@@ -180,7 +186,7 @@ def bench_elementwise(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "vs_compile": (t_comp / t_ours) if t_comp else None,
                     "of_copy": tbs / copy_tbs,
                 })  # fmt: skip
-            del xs, dst
+            xs.clear()
             torch.cuda.empty_cache()
     return rows
 
@@ -195,8 +201,12 @@ def _print(rows: list[dict[str, Any]], title: str) -> None:
     for k in rows[0]:
         t.add_column(k)
     for r in rows:
-        t.add_row(*("" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
-                    for v in r.values()))
+        t.add_row(
+            *(
+                "" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
+                for v in r.values()
+            )
+        )
     Console(width=200).print(t)
 
 

@@ -34,8 +34,11 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     data = matrix()
     if args.family:
         if args.family not in data["families"]:
-            print(f"aotkernels matrix: unknown family {args.family!r} (families: "
-                  f"{', '.join(data['families'])})", file=sys.stderr)
+            print(
+                f"aotkernels matrix: unknown family {args.family!r} (families: "
+                f"{', '.join(data['families'])})",
+                file=sys.stderr,
+            )
             return 2
         data["families"] = {args.family: data["families"][args.family]}
     if args.json:
@@ -50,8 +53,13 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
         con.print(t)
     t = _table("families", "family", "ops", "dtypes", "targets", "ptx")
     for name, f in data["families"].items():
-        t.add_row(name, " ".join(f["ops"]), " ".join(f["dtypes"]), " ".join(f["targets"]),
-                  " ".join(f["ptx"]))
+        t.add_row(
+            name,
+            " ".join(f["ops"]),
+            " ".join(f["dtypes"]),
+            " ".join(f["targets"]),
+            " ".join(f["ptx"]),
+        )
     con.print(t)
     return 0
 
@@ -77,18 +85,31 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     if "wheel_bytes" in data:
         head += f", wheel {data['wheel_bytes']:,} B"
     con.print(head)
-    t = _table("images", "family", "target", "kind", "PTX ISA", "compressed", "bytes",
-               "uncompressed")
+    t = _table(
+        "images", "family", "target", "kind", "PTX ISA", "compressed", "bytes", "uncompressed"
+    )
     for name, f in data["families"].items():
         for i in f["images"]:
-            t.add_row(name, i["target"], i["kind"], i["ptx_isa"] or "",
-                      i["compression"] or "no", f"{i['bytes']:,}", f"{i['uncompressed_bytes']:,}")
+            t.add_row(
+                name,
+                i["target"],
+                i["kind"],
+                i["ptx_isa"] or "",
+                i["compression"] or "no",
+                f"{i['bytes']:,}",
+                f"{i['uncompressed_bytes']:,}",
+            )
     con.print(t)
     t = _table("families", "family", "file bytes", "dtypes", "ops", "manifest check")
     for name, f in data["families"].items():
         check = "ok" if f.get("verified") else "; ".join(f.get("problems", [])) or "no manifest"
-        t.add_row(name, f"{f['bytes']:,}", " ".join(f.get("dtypes", [])),
-                  " ".join(f.get("ops", [])), check)
+        t.add_row(
+            name,
+            f"{f['bytes']:,}",
+            " ".join(f.get("dtypes", [])),
+            " ".join(f.get("ops", [])),
+            check,
+        )
     con.print(t)
     con.print(f"total fatbin bytes: {data['total_bytes']:,}")
     return 1 if bad else 0
@@ -108,16 +129,24 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         return 0
     con = _console()
     p = rep["package"]
-    con.print(f"aotkernels {p['version']} built with CUDA {p['toolkit']} "
-              f"(needs a driver for CUDA >= {p['driver_floor']})")
-    con.print(f"driver: CUDA {rep['driver']}" if rep["driver"] else
-              f"driver: none ({rep.get('driver_error', 'not found')})")
+    con.print(
+        f"aotkernels {p['version']} built with CUDA {p['toolkit']} "
+        f"(needs a driver for CUDA >= {p['driver_floor']})"
+    )
+    con.print(
+        f"driver: CUDA {rep['driver']}"
+        if rep["driver"]
+        else f"driver: none ({rep.get('driver_error', 'not found')})"
+    )
     if "simulated" in rep:
         s = rep["simulated"]
         con.print(f"simulating compute capability {s['cc']} under a CUDA {s['driver']} driver")
     for d in rep["devices"]:
-        title = (f"device {d['index']}: {d['name']} (cc {d['cc']}, {d['sm_count']} SMs)"
-                 if d["index"] is not None else f"simulated device (cc {d['cc']})")
+        title = (
+            f"device {d['index']}: {d['name']} (cc {d['cc']}, {d['sm_count']} SMs)"
+            if d["index"] is not None
+            else f"simulated device (cc {d['cc']})"
+        )
         t = _table(title, "family", "image", "why")
         for fam, c in d["families"].items():
             t.add_row(fam, c["image"] or "[red]none[/red]", c["reason"])
@@ -147,8 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--driver", help="simulate a driver of this CUDA version, e.g. 12.4")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_doctor)
-    p = sub.add_parser("bench", help="benchmarks on this GPU (see aotkernels bench --help)",
-                       add_help=False)
+    p = sub.add_parser(
+        "bench", help="benchmarks on this GPU (see aotkernels bench --help)", add_help=False
+    )
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_bench)
     return ap

@@ -18,8 +18,9 @@ from .manifest import image_record
 __all__ = ["inspect_path"]
 
 
-def _from_files(files: dict[str, bytes], manifest: dict[str, Any] | None, source: str
-                ) -> dict[str, Any]:
+def _from_files(
+    files: dict[str, bytes], manifest: dict[str, Any] | None, source: str
+) -> dict[str, Any]:
     families: dict[str, Any] = {}
     fam_manifest = (manifest or {}).get("families", {})
     for fname, data in sorted(files.items()):
@@ -51,12 +52,26 @@ def _from_files(files: dict[str, bytes], manifest: dict[str, Any] | None, source
         families[name] = entry
     for name in fam_manifest:
         if name not in families:
-            families[name] = {"file": fam_manifest[name]["file"], "bytes": 0, "images": [],
-                              "verified": False, "problems": ["fatbin missing"]}
+            families[name] = {
+                "file": fam_manifest[name]["file"],
+                "bytes": 0,
+                "images": [],
+                "verified": False,
+                "problems": ["fatbin missing"],
+            }
     meta = None
     if manifest is not None:
-        meta = {k: manifest.get(k) for k in ("package_version", "toolkit", "toolkit_full",
-                                              "driver_floor", "archs", "families_filter")}
+        meta = {
+            k: manifest.get(k)
+            for k in (
+                "package_version",
+                "toolkit",
+                "toolkit_full",
+                "driver_floor",
+                "archs",
+                "families_filter",
+            )
+        }
     return {
         "source": source,
         "manifest": meta,

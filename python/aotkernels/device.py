@@ -57,7 +57,7 @@ def cuda_driver() -> Any:
                     f"cuda-python is not importable ({e}); install 'cuda-bindings'"
                 ) from None
             try:
-                err, = cu.cuInit(0)
+                (err,) = cu.cuInit(0)
             except Exception as e:  # libcuda.so.1 missing: cuda-bindings raises on first call
                 raise AotKernelsError(f"no NVIDIA driver found: {e}") from None
             if err != cu.CUresult.CUDA_SUCCESS:
@@ -75,8 +75,14 @@ def _hand_over_entry_points(cu: Any) -> None:
 
     flags = cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
     ptrs = []
-    for name in ("cuLaunchKernel", "cuCtxGetCurrent", "cuCtxSetCurrent", "cuGetErrorName",
-                 "cuMemAlloc", "cuMemFree"):
+    for name in (
+        "cuLaunchKernel",
+        "cuCtxGetCurrent",
+        "cuCtxSetCurrent",
+        "cuGetErrorName",
+        "cuMemAlloc",
+        "cuMemFree",
+    ):
         pfn, _status = _check(cu, cu.cuGetProcAddress(name.encode(), 12000, flags), name)
         ptrs.append(int(pfn))
     _core.set_driver(*ptrs)

@@ -87,8 +87,9 @@ def read_fatbin(data: bytes) -> list[FatbinImage]:
     while off < end:
         if off + _ENTRY.size > end:
             raise FatbinError(f"truncated entry header at offset {off}")
-        (kind, _ev, ehsize, psize, _csize, _opt, minor, major, arch, _no, _nl, flags, _z,
-         usize) = _ENTRY.unpack_from(data, off)
+        (kind, _ev, ehsize, psize, _csize, _opt, minor, major, arch, _no, _nl, flags, _z, usize) = (
+            _ENTRY.unpack_from(data, off)
+        )
         if kind not in _KIND:
             raise FatbinError(f"unknown entry kind {kind} at offset {off}")
         if ehsize < _ENTRY.size or off + ehsize + psize > end:

@@ -134,8 +134,9 @@ def _load(name: str, dev: _device.DeviceInfo) -> LoadedFamily:
     data = _fatbin_bytes(name, fam)
     try:
         image = next(
-            i for i in read_fatbin(data) if i.target == choice.target and
-            i.kind == choice.image["kind"]
+            i
+            for i in read_fatbin(data)
+            if i.target == choice.target and i.kind == choice.image["kind"]
         )
     except (FatbinError, StopIteration):
         raise AotKernelsError(
@@ -149,10 +150,14 @@ def _load(name: str, dev: _device.DeviceInfo) -> LoadedFamily:
             f"{KERNELS_DIR / fam['file']}: the driver could not load image {choice.target}: "
             f"{err.name}"
         )
-    offsets = [off for (pname, off), (_, ptype) in
-               zip(param_layout(fam["params"])[2], fam["params"]) if ptype == "ptr"]
-    loaded = LoadedFamily(name, dev, choice, lib, blob, struct.Struct(fam["param_format"]),
-                          offsets)
+    offsets = [
+        off
+        for (pname, off), (_, ptype) in zip(
+            param_layout(fam["params"])[2], fam["params"], strict=True
+        )
+        if ptype == "ptr"
+    ]
+    loaded = LoadedFamily(name, dev, choice, lib, blob, struct.Struct(fam["param_format"]), offsets)
     attr = cu.CUfunction_attribute
     err, cudev = cu.cuDeviceGet(dev.index)
     # Launch through each kernel's CUfunction in the device's primary context (where every op

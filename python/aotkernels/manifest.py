@@ -9,8 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .fatbin import FatbinImage, read_fatbin
 
@@ -89,7 +90,7 @@ def write_manifest(
             raise ManifestError(f"{name}: the plan has this family but no fatbin was built")
         data = Path(fatbins[name]).read_bytes()
         images = check_fatbin(name, data, fam["images"])
-        isas = {i.ptx_isa for i in images if i.kind == "ptx"}
+        isas = {i.ptx_isa for i in images if i.ptx_isa is not None}
         if len(isas) > 1:
             raise ManifestError(f"{name}: PTX images of several ISA versions: {sorted(isas)}")
         dest = out_dir / f"{name}.fatbin"

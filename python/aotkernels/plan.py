@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .arch_matrix import Family, Matrix, MatrixError, Target, parse_ptx_name
 
@@ -27,8 +28,12 @@ __all__ = [
 ]
 
 # Size, alignment, C type and struct code of each parameter type the matrix may declare.
-_PARAM_C = {"ptr": (8, "void*", "Q"), "i64": (8, "int64_t", "q"), "i32": (4, "int32_t", "i"),
-            "f32": (4, "float", "f")}
+_PARAM_C = {
+    "ptr": (8, "void*", "Q"),
+    "i64": (8, "int64_t", "q"),
+    "i32": (4, "int32_t", "i"),
+    "f32": (4, "float", "f"),
+}
 
 
 class PlanError(ValueError):
@@ -178,9 +183,9 @@ def _params_header(fp: FamilyPlan) -> str:
         f"struct ak_{fam.name}_params {{",
     ]
     lines += [f"  {_PARAM_C[t][1]} {n};" for n, t in fam.params]
-    lines += ["};", f"static_assert(sizeof(ak_{fam.name}_params) == {size}, \"layout drift\");"]
+    lines += ["};", f'static_assert(sizeof(ak_{fam.name}_params) == {size}, "layout drift");']
     lines += [
-        f"static_assert(offsetof(ak_{fam.name}_params, {n}) == {off}, \"layout drift\");"
+        f'static_assert(offsetof(ak_{fam.name}_params, {n}) == {off}, "layout drift");'
         for n, off in offsets
     ]
     return "\n".join(lines) + "\n"
@@ -190,7 +195,7 @@ def _entries_source(fp: FamilyPlan, matrix: Matrix) -> str:
     fam = fp.family
     lines = [
         "// Generated from arch_matrix.toml by tools/build_plan.py; do not edit.",
-        f"// Explicit instantiations of the {fam.name} template: one extern \"C\" kernel per",
+        f'// Explicit instantiations of the {fam.name} template: one extern "C" kernel per',
         "// op x dtype, named by the matrix's `entry` pattern.",
         f'#include "{fam.name}_params.h"',
         f'#include "{fam.name}.cuh"',

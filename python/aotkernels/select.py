@@ -13,8 +13,9 @@ Pure functions of (manifest, cc, driver version): the tests drive them with simu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import DriverTooOldError, NoKernelImageError
 

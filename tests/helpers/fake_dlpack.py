@@ -9,8 +9,14 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 
-_CODES = {"float32": (2, 32), "float16": (2, 16), "bfloat16": (4, 16), "float64": (2, 64),
-          "int8": (0, 8), "int32": (0, 32)}
+_CODES = {
+    "float32": (2, 32),
+    "float16": (2, 16),
+    "bfloat16": (4, 16),
+    "float64": (2, 64),
+    "int8": (0, 8),
+    "int32": (0, 32),
+}
 
 
 class _DLDevice(ctypes.Structure):
@@ -34,8 +40,11 @@ class _DLTensor(ctypes.Structure):
 
 
 class _DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p)]
+    _fields_ = [
+        ("dl_tensor", _DLTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+    ]
 
 
 _capsule_new = ctypes.pythonapi.PyCapsule_New
@@ -78,7 +87,14 @@ class FakeCudaArray:
         strides = (ctypes.c_int64 * max(nd, 1))(*self.strides)
         code, bits = _CODES[self.dtype]
         mt = _DLManagedTensor()
-        mt.dl_tensor = _DLTensor(self.ptr, _DLDevice(self.device_type, self.device), nd,
-                                 _DLDataType(code, bits, 1), shape, strides, 0)
+        mt.dl_tensor = _DLTensor(
+            self.ptr,
+            _DLDevice(self.device_type, self.device),
+            nd,
+            _DLDataType(code, bits, 1),
+            shape,
+            strides,
+            0,
+        )
         self._keep += [shape, strides, mt]  # the capsule points into these
         return _capsule_new(ctypes.addressof(mt), b"dltensor", None)

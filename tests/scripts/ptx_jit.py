@@ -9,9 +9,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import aotkernels as ak  # noqa: E402
-from aotkernels import loader  # noqa: E402
-from helpers.raw_buffers import device_copy, to_host, view  # noqa: E402
+import aotkernels as ak
+from aotkernels import loader
+from helpers.raw_buffers import device_copy, to_host, view
 
 x = np.random.default_rng(0).standard_normal(10007).astype(np.float32)
 src, dst = device_copy(x), device_copy(np.zeros_like(x))
@@ -20,5 +20,14 @@ y = to_host(dst, x.size)
 ref = x / (1 + np.exp(-x.astype(np.float64)))
 ok = bool(np.allclose(y, ref, rtol=1e-5, atol=1e-6))
 fam = loader.family_on("activation", 0)
-print(json.dumps({"ok": ok, "target": fam.choice.target, "kind": fam.choice.image["kind"],
-                  "binary_version": fam.binary_version, "ptx_version": fam.ptx_version}))
+print(
+    json.dumps(
+        {
+            "ok": ok,
+            "target": fam.choice.target,
+            "kind": fam.choice.image["kind"],
+            "binary_version": fam.binary_version,
+            "ptx_version": fam.ptx_version,
+        }
+    )
+)

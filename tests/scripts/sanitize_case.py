@@ -10,8 +10,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import aotkernels as ak  # noqa: E402
-from helpers.raw_buffers import device_copy, to_host, view  # noqa: E402
+import aotkernels as ak
+from helpers.raw_buffers import device_copy, to_host, view
 
 rng = np.random.default_rng(0)
 ops = [ak.relu, ak.silu, ak.sigmoid, ak.gelu, lambda t, **k: ak.gelu(t, approximate="tanh", **k)]

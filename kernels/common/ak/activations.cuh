@@ -63,9 +63,7 @@ struct sigmoid_fn {
 
 template <class T>
 struct silu_fn {
-  __device__ __forceinline__ float operator()(float x) const {
-    return x * inv_1p<T>(exp_<T>(-x));
-  }
+  __device__ __forceinline__ float operator()(float x) const { return x * inv_1p<T>(exp_<T>(-x)); }
 };
 
 }  // namespace ak

@@ -10,13 +10,32 @@ import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from .. import loader as _loader
 from .. import arrays as _arrays
-from ..arrays import TORCH_TYPES, ArrayInfo, Framework, dtype_name, framework_of, stream_handle
+from .. import loader as _loader
+from ..arrays import (
+    TORCH_TYPES,
+    ArrayInfo,
+    Framework,
+    contiguous_strides,
+    dtype_name,
+    framework_of,
+    stream_handle,
+)
 
 __all__ = [
-    "Call", "check_dtype", "check_rows_disjoint", "finish", "joint_rows_view", "launch", "make_plan",
-    "operand", "output", "prepare", "remember", "rows_view", "torch_fast",
+    "Call",
+    "check_dtype",
+    "check_rows_disjoint",
+    "finish",
+    "joint_rows_view",
+    "launch",
+    "make_plan",
+    "operand",
+    "output",
+    "prepare",
+    "remember",
+    "rows_view",
+    "torch_fast",
 ]
 
 
@@ -72,7 +91,7 @@ def rows_view(op: str, arg: str, info: ArrayInfo) -> tuple[int, int, int]:
     if n == 0:
         return 0, shape[-1], shape[-1]  # nothing to launch; callers check rows * cols
     expected, contiguous = 1, True
-    for size, stride in zip(reversed(shape), reversed(strides)):
+    for size, stride in zip(reversed(shape), reversed(strides), strict=True):
         if size != 1 and stride != expected:
             contiguous = False
             break
@@ -85,7 +104,7 @@ def rows_view(op: str, arg: str, info: ArrayInfo) -> tuple[int, int, int]:
             f"{op}: {arg} must have a contiguous last dimension (stride 1), got strides "
             f"{tuple(strides)} for shape {tuple(shape)}; pass a contiguous copy"
         )
-    lead = [(s, st) for s, st in zip(shape[:-1], strides[:-1]) if s != 1]
+    lead = [(s, st) for s, st in zip(shape[:-1], strides[:-1], strict=True) if s != 1]
     if not lead:
         return 1, cols, cols
     row_stride = lead[-1][1]
@@ -154,11 +173,8 @@ def output(
 
 def _raw(obj: Any, call: Call, shape: Sequence[int], dtype: str) -> ArrayInfo:
     """ArrayInfo of a freshly allocated contiguous ``DeviceBuffer`` (JAX / DLPack outputs)."""
-    strides, s = [], 1
-    for n in reversed(shape):
-        strides.insert(0, s)
-        s *= n
-    return ArrayInfo(obj, obj.ptr, tuple(shape), tuple(strides), dtype, call.x.device, call.x.fw)
+    strides = contiguous_strides(shape)
+    return ArrayInfo(obj, obj.ptr, tuple(shape), strides, dtype, call.x.device, call.x.fw)
 
 
 # --- launch plans ---------------------------------------------------------------------------
@@ -170,7 +186,11 @@ _MAX_PLANS = 4096  # dynamic shapes: bound the cache rather than grow without en
 
 
 def make_plan(
-    family: str, symbol: str, device: int, grid: tuple[int, int], block: tuple[int, int],
+    family: str,
+    symbol: str,
+    device: int,
+    grid: tuple[int, int],
+    block: tuple[int, int],
     *params: Any,
 ) -> Any:
     """A ``_core.LaunchPlan`` for ``symbol``; ``params`` in struct order (pointers included)."""
@@ -178,14 +198,25 @@ def make_plan(
 
     fam = _loader.family_on(family, device)
     return _core.LaunchPlan(
-        symbol, fam.kernels[symbol], fam.device.context, [grid[0], grid[1], 1], [block[0], block[1], 1],
-        0, fam.params.pack(*params), fam.ptr_offsets,
-    )  # fmt: skip
+        symbol,
+        fam.kernels[symbol],
+        fam.device.context,
+        [grid[0], grid[1], 1],
+        [block[0], block[1], 1],
+        0,  # dynamic shared memory
+        fam.params.pack(*params),
+        fam.ptr_offsets,
+    )
 
 
 def launch(
-    family: str, symbol: str, device: int, grid: tuple[int, int], block: tuple[int, int],
-    stream: int, *params: Any,
+    family: str,
+    symbol: str,
+    device: int,
+    grid: tuple[int, int],
+    block: tuple[int, int],
+    stream: int,
+    *params: Any,
 ) -> None:
     """A one-off launch: ``params`` in struct order, pointers included."""
     make_plan(family, symbol, device, grid, block, *params)(stream)

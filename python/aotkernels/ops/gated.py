@@ -6,7 +6,6 @@ f32 / f16 / bf16; x is [..., 2d] with a contiguous last dimension, rows may be s
 from __future__ import annotations
 
 import math
-
 from typing import Any
 
 from .. import device as _device
@@ -67,13 +66,9 @@ def silu_and_mul(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     return _gated("silu_and_mul", "silu_and_mul", x, out, stream)
 
 
-def gelu_and_mul(
-    x: Any, approximate: str = "none", *, out: Any = None, stream: Any = None
-) -> Any:
+def gelu_and_mul(x: Any, approximate: str = "none", *, out: Any = None, stream: Any = None) -> Any:
     """``gelu(x[..., :d]) * x[..., d:]`` (exact or tanh GELU); returns [..., d]."""
     if approximate not in ("none", "tanh"):
-        raise ValueError(
-            f"gelu_and_mul: approximate must be 'none' or 'tanh', got {approximate!r}"
-        )
+        raise ValueError(f"gelu_and_mul: approximate must be 'none' or 'tanh', got {approximate!r}")
     kernel = "gelu_and_mul" if approximate == "none" else "gelu_tanh_and_mul"
     return _gated("gelu_and_mul", kernel, x, out, stream)

@@ -1,0 +1,37 @@
+"""Type stubs of the compiled ``_core`` extension (src/core.cpp)."""
+
+from collections.abc import Sequence
+
+def set_driver(
+    launch: int, ctx_get: int, ctx_set: int, error_name: int, mem_alloc: int, mem_free: int
+) -> None:
+    """Hand over the driver's entry points (from cuGetProcAddress); nothing links libcuda."""
+
+def set_error_type(type: type[BaseException], /) -> None:
+    """The exception class launch failures are raised as (aotkernels.AotKernelsError)."""
+
+def dlpack_info(
+    capsule: object, /
+) -> tuple[int, int, int, int, int, int, tuple[int, ...], tuple[int, ...]]:
+    """(data pointer, device type, device id, dtype code, bits, lanes, shape, strides)."""
+
+def empty(ctx: int, device_id: int, shape: Sequence[int], code: int, bits: int, /) -> object:
+    """A fresh device buffer as an unconsumed DLPack capsule, freed when the consumer drops it."""
+
+class LaunchPlan:
+    """One op's launch with everything fixed but the array pointers."""
+
+    def __init__(
+        self,
+        name: str,
+        kernel: int,
+        ctx: int,
+        grid: Sequence[int],
+        block: Sequence[int],
+        smem: int,
+        params: bytes,
+        ptr_offsets: Sequence[int],
+        /,
+    ) -> None: ...
+    def __call__(self, stream: int, /, *ptrs: int) -> None:
+        """Patch ``ptrs`` into the parameter block and launch on ``stream``."""
