@@ -15,9 +15,18 @@ Standard library only: the build runs it to check the fatbins against the plan.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["FATBIN_MAGIC", "FatbinError", "FatbinImage", "extract_image", "read_fatbin"]
+__all__ = [
+    "FATBIN_MAGIC",
+    "FatbinError",
+    "FatbinImage",
+    "entry_bytes",
+    "extract_image",
+    "pack_fatbin",
+    "read_fatbin",
+]
 
 FATBIN_MAGIC = 0xBA55ED50
 _CONTAINER = struct.Struct("<IHHQ")
@@ -116,13 +125,24 @@ def read_fatbin(data: bytes) -> list[FatbinImage]:
     return images
 
 
+def entry_bytes(data: bytes, image: FatbinImage) -> bytes:
+    """The stored bytes (entry header + payload, still compressed) of ``image`` in ``data``."""
+    entry = data[image.offset : image.offset + image.stored_bytes]
+    if len(entry) != image.stored_bytes:
+        raise FatbinError("image lies outside the data")
+    return entry
+
+
+def pack_fatbin(entries: Iterable[bytes]) -> bytes:
+    """A fatbin container around stored entries (from ``entry_bytes``), in the given order."""
+    body = b"".join(entries)
+    return _CONTAINER.pack(FATBIN_MAGIC, 1, _CONTAINER.size, len(body)) + body
+
+
 def extract_image(data: bytes, image: FatbinImage) -> bytes:
     """A standalone fatbin holding only ``image``, still compressed: the driver unpacks it.
 
     Loading this instead of the whole fatbin makes the driver run exactly the image the
     dispatcher chose, rather than its own pick.
     """
-    entry = data[image.offset : image.offset + image.stored_bytes]
-    if len(entry) != image.stored_bytes:
-        raise FatbinError("image lies outside the data")
-    return _CONTAINER.pack(FATBIN_MAGIC, 1, _CONTAINER.size, len(entry)) + entry
+    return pack_fatbin([entry_bytes(data, image)])

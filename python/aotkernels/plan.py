@@ -21,6 +21,7 @@ __all__ = [
     "BuildPlan",
     "FamilyPlan",
     "PlanError",
+    "image_order",
     "make_plan",
     "param_layout",
     "parse_arch_filter",
@@ -72,12 +73,8 @@ class FamilyPlan:
         return flags
 
     def expected_images(self) -> list[tuple[str, int, str]]:
-        """(kind, arch, variant) of every image the fatbin must hold."""
-        imgs = [("cubin", t.sm, t.variant) for t in self.targets]
-        for p in self.ptx:
-            major, minor = parse_ptx_name(p)
-            imgs.append(("ptx", major * 10 + minor, ""))
-        return imgs
+        """(kind, arch, variant) of every image the fatbin must hold, in nvcc's order."""
+        return image_order(list(self.targets), list(self.ptx))
 
 
 @dataclass(frozen=True)
@@ -87,6 +84,22 @@ class BuildPlan:
     toolkit: tuple[int, int]
     archs: str | None
     family_filter: str | None
+
+
+def image_order(targets: list[Target], ptx: list[str]) -> list[tuple[str, int, str]]:
+    """(kind, arch, variant) in the order nvcc writes them for our -gencode list.
+
+    nvcc groups entries by virtual architecture, in order of first appearance, and puts the PTX
+    of a group before its cubins. Shard merging uses the same order, so a merged fatbin lists
+    like one built whole.
+    """
+    groups: dict[str, list[tuple[str, int, str]]] = {}
+    for t in targets:
+        groups.setdefault(f"compute_{t.sm}{t.variant}", []).append(("cubin", t.sm, t.variant))
+    for p in ptx:
+        major, minor = parse_ptx_name(p)
+        groups.setdefault(p, []).insert(0, ("ptx", major * 10 + minor, ""))
+    return [img for group in groups.values() for img in group]
 
 
 def parse_arch_filter(text: str, matrix: Matrix) -> set[str]:
