@@ -1,0 +1,384 @@
+"""The pure-Python fatbin reader against real nvcc output, the installed build and bad data;
+the manifest's check of fatbins against the plan."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import struct
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aotkernels.arch_matrix import load_matrix
+from aotkernels.fatbin import FATBIN_MAGIC, FatbinError, FatbinImage, extract_image, read_fatbin
+from aotkernels.manifest import (
+    ManifestError,
+    check_fatbin,
+    image_record,
+    load_manifest,
+    write_manifest,
+)
+from aotkernels.plan import make_plan
+
+KERNEL = r"""
+extern "C" __global__ void ak_test_scale(float* y, const float* x, float a, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i];
+}
+"""
+GENCODE = [
+    "-gencode=arch=compute_75,code=sm_75",
+    "-gencode=arch=compute_90,code=sm_90",
+    "-gencode=arch=compute_90a,code=sm_90a",
+    "-gencode=arch=compute_100f,code=sm_100f",
+    "-gencode=arch=compute_120a,code=sm_120a",
+    "-gencode=arch=compute_75,code=compute_75",
+]
+EXPECTED = [
+    ("cubin", 75, ""),
+    ("cubin", 90, ""),
+    ("cubin", 90, "a"),
+    ("cubin", 100, "f"),
+    ("cubin", 120, "a"),
+    ("ptx", 75, ""),
+]
+EXPECTED_TARGETS = {"sm_75", "sm_90", "sm_90a", "sm_100f", "sm_120a", "compute_75"}
+
+# PTX ISA version that each CUDA toolkit release emits (PTX ISA release notes).
+PTX_ISA_OF_TOOLKIT = {
+    (12, 8): "8.7",
+    (12, 9): "8.8",
+    (13, 0): "9.0",
+    (13, 1): "9.1",
+}
+
+
+def nvcc_release(nvcc: str) -> tuple[int, int]:
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"release (\d+)\.(\d+)", out)
+    assert m, out
+    return int(m.group(1)), int(m.group(2))
+
+
+@pytest.fixture(scope="module")
+def toolkit(nvcc: str) -> tuple[int, int]:
+    release = nvcc_release(nvcc)
+    if release < (12, 9):
+        pytest.skip(f"nvcc {release} cannot build sm_100f (needs 12.9)")
+    return release
+
+
+def _build(nvcc: str, out_dir: Path, compress: str) -> bytes:
+    src = out_dir / "scale.cu"
+    src.write_text(KERNEL)
+    out = out_dir / f"scale_{compress}.fatbin"
+    subprocess.run(
+        [nvcc, "--fatbin", "-o", str(out), str(src), f"--compress-mode={compress}", *GENCODE],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return out.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def built(nvcc: str, toolkit: tuple[int, int], tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    return _build(nvcc, tmp_path_factory.mktemp("fatbin"), "size")
+
+
+@pytest.fixture(scope="module")
+def built_plain(
+    nvcc: str, toolkit: tuple[int, int], tmp_path_factory: pytest.TempPathFactory
+) -> bytes:
+    return _build(nvcc, tmp_path_factory.mktemp("fatbin_plain"), "none")
+
+
+def _check_layout(data: bytes, images: list[FatbinImage]) -> None:
+    """Entries are back to back from byte 16 to the end of the file."""
+    magic, _, hsize, size = struct.unpack_from("<IHHQ", data)
+    assert magic == FATBIN_MAGIC
+    assert hsize == 16 and hsize + size == len(data)
+    off = hsize
+    for img in images:
+        assert img.offset == off
+        off += img.stored_bytes
+    assert off == len(data)
+
+
+# --- (a) a real nvcc build -------------------------------------------------------------------
+
+
+def test_real_build_lists_every_image(built: bytes, toolkit: tuple[int, int]) -> None:
+    images = read_fatbin(built)
+    assert sorted((i.kind, i.arch, i.variant) for i in images) == sorted(EXPECTED)
+    assert {i.target for i in images} == EXPECTED_TARGETS
+    by_target = {i.target: i for i in images}
+    assert by_target["sm_90a"].variant == "a" and by_target["sm_90"].variant == ""
+    assert by_target["sm_100f"].variant == "f" and by_target["sm_100f"].cc == (10, 0)
+    assert by_target["sm_120a"].variant == "a" and by_target["sm_120a"].cc == (12, 0)
+    assert by_target["compute_75"].kind == "ptx" and by_target["compute_75"].cc == (7, 5)
+    _check_layout(built, images)
+
+
+def test_real_build_compression_and_ptx_isa(built: bytes, toolkit: tuple[int, int]) -> None:
+    images = read_fatbin(built)
+    for img in images:
+        assert img.compression == "zstd", img
+        assert img.compressed
+        assert img.uncompressed_size > img.payload_size, img
+    ptx = [i for i in images if i.kind == "ptx"]
+    assert len(ptx) == 1
+    if toolkit not in PTX_ISA_OF_TOOLKIT:
+        pytest.skip(f"PTX ISA of CUDA {toolkit} not in the test's table")
+    assert ptx[0].ptx_isa == PTX_ISA_OF_TOOLKIT[toolkit]
+    assert all(i.ptx_isa is None for i in images if i.kind == "cubin")
+
+
+def test_real_build_uncompressed(
+    built_plain: bytes, built: bytes, toolkit: tuple[int, int]
+) -> None:
+    images = read_fatbin(built_plain)
+    assert sorted((i.kind, i.arch, i.variant) for i in images) == sorted(EXPECTED)
+    for img in images:
+        assert img.compression is None and not img.compressed
+        assert img.uncompressed_size == img.payload_size
+    _check_layout(built_plain, images)
+    # the same images, compressed, are smaller
+    zipped = {i.target: i for i in read_fatbin(built)}
+    for img in images:
+        assert zipped[img.target].payload_size < img.payload_size
+        # a payload may be padded: the compressed one records the real size
+        assert zipped[img.target].uncompressed_size <= img.payload_size
+
+
+# --- (b) the installed build -----------------------------------------------------------------
+
+
+def test_installed_fatbins_match_manifest(installed_kernels: Path) -> None:
+    manifest = load_manifest(installed_kernels)
+    assert manifest["families"], "the installed build has no families"
+    for name, fam in manifest["families"].items():
+        assert fam["file"] == f"{name}.fatbin"
+        data = (installed_kernels / fam["file"]).read_bytes()
+        assert len(data) == fam["bytes"], name
+        assert hashlib.sha256(data).hexdigest() == fam["sha256"], name
+        images = read_fatbin(data)
+        _check_layout(data, images)
+        assert [image_record(i) for i in images] == fam["images"], name
+        for img, rec in zip(images, fam["images"], strict=True):
+            assert rec["kind"] == img.kind and rec["target"] == img.target
+            assert rec["variant"] == img.variant
+            assert rec["compressed"] is True and rec["compression"] == "zstd"
+            assert rec["bytes"] == img.stored_bytes
+            if img.kind == "ptx":
+                assert img.ptx_isa is not None and rec["ptx_isa"] == img.ptx_isa
+        isas = {r["ptx_isa"] for r in fam["images"] if r["kind"] == "ptx"}
+        assert len(isas) <= 1, name
+    # no fatbin outside the manifest
+    assert {p.stem for p in installed_kernels.glob("*.fatbin")} == set(manifest["families"])
+
+
+def test_installed_images_are_what_the_matrix_promised(installed_kernels: Path) -> None:
+    manifest = load_manifest(installed_kernels)
+    matrix = load_matrix(installed_kernels.parent / "arch_matrix.toml", check_sources=False)
+    toolkit = tuple(int(v) for v in manifest["toolkit"].split("."))
+    plan = make_plan(matrix, toolkit, manifest["archs"], manifest["families_filter"])
+    assert set(plan.families) == set(manifest["families"])
+    for name, fp in plan.families.items():
+        fam = manifest["families"][name]
+        found = sorted((r["kind"], r["arch"], r["variant"]) for r in fam["images"])
+        assert found == sorted(fp.expected_images()), name
+        assert fam["entries"] == [
+            {"symbol": e.symbol, "op": e.op, "dtype": e.dtype} for e in fp.entries()
+        ]
+        assert [list(p) for p in fp.family.params] == fam["params"]
+
+
+# --- (c) malformed data ----------------------------------------------------------------------
+
+
+def _container(entries: bytes, size: int | None = None) -> bytes:
+    return struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, len(entries) if size is None else size) + (
+        entries
+    )
+
+
+def test_bad_magic(built: bytes) -> None:
+    bad = struct.pack("<I", 0x7F454C46) + built[4:]
+    with pytest.raises(FatbinError, match="bad magic: expected 0xBA55ED50, got 0x7F454C46"):
+        read_fatbin(bad)
+
+
+def test_too_short() -> None:
+    with pytest.raises(FatbinError, match="too short for a fatbin header: 8 bytes"):
+        read_fatbin(struct.pack("<IHH", FATBIN_MAGIC, 1, 16))
+    with pytest.raises(FatbinError, match="too short"):
+        read_fatbin(b"")
+
+
+def test_truncated_file(built: bytes) -> None:
+    with pytest.raises(FatbinError, match=rf"truncated: header says {len(built)} bytes, file has"):
+        read_fatbin(built[:-100])
+
+
+def test_truncated_entry_header() -> None:
+    with pytest.raises(FatbinError, match="truncated entry header at offset 16"):
+        read_fatbin(_container(b"\x00" * 40))
+
+
+def test_entry_overruns_container(built: bytes) -> None:
+    bad = bytearray(built)
+    first = read_fatbin(built)[0]
+    struct.pack_into("<Q", bad, first.offset + 8, len(built))  # payload size past the end
+    with pytest.raises(FatbinError, match=rf"entry at offset {first.offset} overruns"):
+        read_fatbin(bytes(bad))
+
+
+def test_entry_header_size_too_small(built: bytes) -> None:
+    bad = bytearray(built)
+    second = read_fatbin(built)[1]
+    struct.pack_into("<I", bad, second.offset + 4, 8)
+    with pytest.raises(FatbinError, match=rf"entry at offset {second.offset} overruns"):
+        read_fatbin(bytes(bad))
+
+
+def test_unknown_entry_kind(built: bytes) -> None:
+    bad = bytearray(built)
+    struct.pack_into("<H", bad, 16, 7)
+    with pytest.raises(FatbinError, match="unknown entry kind 7 at offset 16"):
+        read_fatbin(bytes(bad))
+
+
+def test_empty_container_has_no_images() -> None:
+    assert read_fatbin(_container(b"")) == []
+
+
+# --- (d) extract_image -----------------------------------------------------------------------
+
+
+def test_extract_image_gives_a_single_entry_fatbin(built: bytes) -> None:
+    images = read_fatbin(built)
+    for img in images:
+        single = extract_image(built, img)
+        (only,) = read_fatbin(single)
+        assert (only.kind, only.arch, only.variant, only.target) == (
+            img.kind,
+            img.arch,
+            img.variant,
+            img.target,
+        )
+        assert only.compression == img.compression and only.version == img.version
+        assert only.flags == img.flags
+        assert only.payload_size == img.payload_size
+        assert only.uncompressed_size == img.uncompressed_size
+        assert only.offset == 16
+        assert single[16:] == built[img.offset : img.offset + img.stored_bytes]
+        _check_layout(single, [only])
+
+
+def test_extract_image_outside_data(built: bytes) -> None:
+    img = read_fatbin(built)[-1]
+    with pytest.raises(FatbinError, match="outside the data"):
+        extract_image(built[: img.offset + 10], img)
+
+
+# --- (e) manifest checks ---------------------------------------------------------------------
+
+
+def test_check_fatbin_accepts_exact_images(built: bytes) -> None:
+    images = check_fatbin("scale", built, [list(e) for e in reversed(EXPECTED)])
+    assert len(images) == len(EXPECTED)
+
+
+def test_check_fatbin_missing_image(built: bytes) -> None:
+    want = [*EXPECTED, ("cubin", 86, "")]
+    with pytest.raises(ManifestError, match=r"^scale: fatbin images differ from the plan") as info:
+        check_fatbin("scale", built, want)
+    assert "missing [('cubin', 86, '')]" in str(info.value)
+    assert "unexpected []" in str(info.value)
+
+
+def test_check_fatbin_unexpected_image(built: bytes) -> None:
+    want = [e for e in EXPECTED if e != ("cubin", 90, "a")]
+    with pytest.raises(ManifestError, match=r"^scale: .*unexpected \[\('cubin', 90, 'a'\)\]"):
+        check_fatbin("scale", built, want)
+
+
+def test_check_fatbin_variant_matters(built: bytes) -> None:
+    want = [("cubin", 100, "a") if e == ("cubin", 100, "f") else e for e in EXPECTED]
+    with pytest.raises(ManifestError, match=r"^scale: .*missing \[\('cubin', 100, 'a'\)\]"):
+        check_fatbin("scale", built, want)
+
+
+def test_check_fatbin_uncompressed(built_plain: bytes) -> None:
+    with pytest.raises(ManifestError, match=r"^scale: images not compressed: \['compute_75'"):
+        check_fatbin("scale", built_plain, EXPECTED)
+    assert len(check_fatbin("scale", built_plain, EXPECTED, compressed=False)) == 6
+
+
+def _plan_family(images: list[tuple[str, int, str]]) -> dict[str, Any]:
+    return {
+        "images": [list(i) for i in images],
+        "entries": [{"symbol": "ak_test_scale", "op": "scale", "dtype": "f32"}],
+        "params": [["y", "ptr"], ["x", "ptr"], ["a", "f32"], ["n", "i64"]],
+        "param_format": "<QQfxxxxq",
+        "param_bytes": 32,
+        "skipped": [],
+    }
+
+
+def test_write_manifest(built: bytes, tmp_path: Path) -> None:
+    src = tmp_path / "obj" / "scale.fatbin"
+    src.parent.mkdir()
+    src.write_bytes(built)
+    out = tmp_path / "kernels"
+    out.mkdir()
+    (out / "stale.fatbin").write_bytes(b"old")
+    plan = {
+        "archs": "75;90",
+        "families_filter": None,
+        "families": {"scale": _plan_family(EXPECTED)},
+    }
+    man = write_manifest(plan, {"scale": src}, out, toolkit="13.0.88", package_version="9.9")
+    assert not (out / "stale.fatbin").exists()
+    assert (out / "scale.fatbin").read_bytes() == built
+    on_disk = load_manifest(out)
+    assert on_disk == json.loads(json.dumps(man))
+    assert on_disk["toolkit"] == "13.0" and on_disk["driver_floor"] == "13.0"
+    assert on_disk["archs"] == "75;90" and on_disk["package_version"] == "9.9"
+    fam = on_disk["families"]["scale"]
+    assert fam["sha256"] == hashlib.sha256(built).hexdigest() and fam["bytes"] == len(built)
+    assert [r["target"] for r in fam["images"]] == [i.target for i in read_fatbin(built)]
+    assert fam["param_bytes"] == 32
+
+
+def test_write_manifest_rejects_a_fatbin_that_differs(built: bytes, tmp_path: Path) -> None:
+    src = tmp_path / "scale.fatbin"
+    src.write_bytes(built)
+    plan = {"families": {"scale": _plan_family(EXPECTED[:-1])}}
+    with pytest.raises(ManifestError, match=r"^scale: fatbin images differ from the plan"):
+        write_manifest(plan, {"scale": src}, tmp_path / "out", toolkit="13.0", package_version="0")
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    with pytest.raises(ManifestError, match=r"^other: the plan has this family but no fatbin"):
+        write_manifest(
+            {"families": {"other": _plan_family(EXPECTED)}},
+            {"scale": src},
+            tmp_path / "out",
+            toolkit="13.0",
+            package_version="0",
+        )
+
+
+def test_load_manifest_errors(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError, match=re.escape(f"{tmp_path / 'manifest.json'}: missing")):
+        load_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(ManifestError, match=re.escape(f"{tmp_path / 'manifest.json'}: unreadable")):
+        load_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text('{"format": 2}')
+    with pytest.raises(ManifestError, match=r"format 2, this aotkernels reads 1"):
+        load_manifest(tmp_path)

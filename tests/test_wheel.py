@@ -1,0 +1,247 @@
+"""A real restricted wheel build (AOTKERNELS_ARCHS="75;90;compute_75"): what the wheel holds, what
+`aotkernels inspect` says about it, and no link to libcuda / libcudart.
+
+Slow (a full nvcc + CMake build): deselect with ``-m "not slow"``. The build runs with
+``--no-build-isolation`` so it needs the build requirements (scikit-build-core, nanobind) in
+this Python, and uses a private build folder so it never disturbs ``build/<wheel tag>``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+ARCHS = "75;90;compute_75"
+WANT_TARGETS = ["compute_75", "sm_75", "sm_90"]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("AOTKERNELS_ARCHS", "AOTKERNELS_FAMILIES", "CUDA_FORCE_PTX_JIT")
+    }
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    missing = [m for m in ("scikit_build_core", "nanobind") if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(
+            f"pip wheel --no-build-isolation needs the build requirements in this Python: "
+            f"pip install scikit-build-core nanobind (missing: {', '.join(missing)})"
+        )
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH: the wheel build needs the CUDA toolkit")
+    tmp = tmp_path_factory.mktemp("wheel")
+    out = tmp / "dist"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        ".",
+        "--no-deps",
+        "--no-build-isolation",
+        "-w",
+        str(out),
+        "-C",
+        f"build-dir={tmp / 'build'}",
+    ]
+    try:
+        r = subprocess.run(
+            cmd,
+            cwd=ROOT,
+            env=_env(AOTKERNELS_ARCHS=ARCHS),
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"wheel build exceeded {e.timeout} s")
+    if r.returncode != 0:
+        pytest.fail(f"wheel build failed ({r.returncode}):\n{(r.stdout + r.stderr)[-6000:]}")
+    (whl,) = out.glob("aotkernels-*.whl")
+    return whl
+
+
+@pytest.fixture(scope="module")
+def names(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as zf:
+        return zf.namelist()
+
+
+@pytest.fixture(scope="module")
+def unpacked(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dest = tmp_path_factory.mktemp("unpacked")
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def wheel_families(unpacked: Path) -> list[str]:
+    """Families of the matrix the wheel was built from (no AOTKERNELS_FAMILIES: all of them)."""
+    with (unpacked / "aotkernels" / "arch_matrix.toml").open("rb") as f:
+        return list(tomllib.load(f)["families"])
+
+
+@pytest.fixture(scope="module")
+def manifest(unpacked: Path) -> dict[str, Any]:
+    return json.loads((unpacked / "aotkernels" / "kernels" / "manifest.json").read_text())
+
+
+def test_wheel_contents(names: list[str], wheel_families: list[str]) -> None:
+    assert {"activation", "gated"} <= set(wheel_families)
+    cores = [n for n in names if re.fullmatch(r"aotkernels/_core[^/]*\.(so|abi3\.so)", n)]
+    assert len(cores) == 1, names
+    fatbins = {n for n in names if n.startswith("aotkernels/kernels/") and n.endswith(".fatbin")}
+    assert fatbins == {f"aotkernels/kernels/{f}.fatbin" for f in wheel_families}
+    for must in (
+        "aotkernels/kernels/manifest.json",
+        "aotkernels/arch_matrix.toml",
+        "aotkernels/__init__.py",
+        "aotkernels/cli.py",
+        "aotkernels/fatbin.py",
+        "aotkernels/manifest.py",
+        "aotkernels/select.py",
+        "aotkernels/plan.py",
+        "aotkernels/loader.py",
+        "aotkernels/ops/__init__.py",
+    ):
+        assert must in names, must
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    meta = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    assert len(meta) == 1
+
+
+def test_wheel_has_every_python_module(names: list[str]) -> None:
+    src = ROOT / "python" / "aotkernels"
+    tracked = subprocess.run(
+        ["git", "ls-files", "--", "*.py"], cwd=src, capture_output=True, text=True, check=False
+    )
+    if tracked.returncode != 0 or not tracked.stdout.strip():
+        pytest.skip("not a git checkout: cannot list the package's tracked modules")
+    expected = {f"aotkernels/{p}" for p in tracked.stdout.split()}
+    missing = sorted(p for p in expected if p not in names and (src / p[11:]).is_file())
+    assert missing == []
+
+
+def test_entry_point(wheel: Path, names: list[str]) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        (ep,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        text = zf.read(ep).decode()
+    assert re.search(r"^aotkernels\s*=\s*aotkernels\.cli:main$", text, re.M), text
+
+
+def test_inspect_wheel(wheel: Path, wheel_families: list[str], tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "aotkernels.cli", "inspect", str(wheel), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_env(),
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr + r.stdout
+    data = json.loads(r.stdout)
+    assert sorted(data["families"]) == sorted(wheel_families)
+    for name, fam in data["families"].items():
+        assert sorted(i["target"] for i in fam["images"]) == WANT_TARGETS, name
+        assert fam["verified"] is True and fam["problems"] == [], (name, fam["problems"])
+        assert all(i["compressed"] for i in fam["images"])
+    assert data["manifest"]["archs"] == ARCHS
+    assert data["wheel_bytes"] == wheel.stat().st_size
+
+
+def test_manifest_records_the_filter(manifest: dict[str, Any], wheel_families: list[str]) -> None:
+    assert manifest["archs"] == ARCHS
+    assert manifest["families_filter"] is None
+    for name in wheel_families:
+        fam = manifest["families"][name]
+        assert sorted(i["target"] for i in fam["images"]) == WANT_TARGETS
+        skipped = dict(fam["skipped"])
+        assert {"sm_80", "sm_86", "sm_89", "sm_100", "sm_120", "compute_120"} <= set(skipped)
+        assert set(skipped.values()) == {"not in AOTKERNELS_ARCHS"}
+
+
+def test_core_does_not_link_cuda(unpacked: Path) -> None:
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("readelf (binutils) is not installed")
+    (core,) = (unpacked / "aotkernels").glob("_core*.so")
+    r = subprocess.run([readelf, "-d", str(core)], capture_output=True, text=True, check=True)
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", r.stdout)
+    assert needed, f"readelf found no NEEDED entries at all:\n{r.stdout}"
+    bad = [n for n in needed if n.startswith(("libcuda.", "libcudart.", "libcuda-"))]
+    assert bad == [], f"_core links {bad}"
+
+
+def _doctor(unpacked: Path, tmp_path: Path, arch: str) -> dict[str, Any]:
+    env = _env(PYTHONPATH=str(unpacked), CUDA_VISIBLE_DEVICES="")
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aotkernels.cli",
+            "doctor",
+            "--arch",
+            arch,
+            "--driver",
+            "13.0",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["package"]["archs"] == ARCHS  # the unpacked wheel, not the installed package
+    return data["devices"][0]["families"]
+
+
+def test_restricted_wheel_image_choice(
+    unpacked: Path, wheel_families: list[str], tmp_path: Path
+) -> None:
+    for arch, want in (
+        ("7.5", "sm_75"),
+        ("8.6", "compute_75"),
+        ("9.0", "sm_90"),
+        ("10.0", "compute_75"),
+        ("12.0", "compute_75"),
+    ):
+        fams = _doctor(unpacked, tmp_path, arch)
+        assert sorted(fams) == sorted(wheel_families)
+        for name, c in fams.items():
+            assert c["image"] == want, (arch, name, c["reason"])
+    fams = _doctor(unpacked, tmp_path, "7.0")
+    for c in fams.values():
+        assert c["image"] is None and c["error"] == "NoKernelImageError"
+        assert "add [targets.sm_70]" in c["reason"]
