@@ -283,3 +283,42 @@ def test_launch_plan_binding_checks_its_arguments() -> None:
         _core.LaunchPlan("ak_relu_f32", 0, 0, [1, 1, 1], [256, 1, 1], 0, params, [44])
     with pytest.raises(ValueError, match="3 dimensions"):
         _core.LaunchPlan("ak_relu_f32", 0, 0, [1, 1], [256, 1, 1], 0, params, [0])
+
+
+class _CaiOnly:
+    """Exposes only ``__cuda_array_interface__`` (as numba / cuda.core arrays do)."""
+
+    def __init__(self, t: object) -> None:
+        self.__cuda_array_interface__ = t.__cuda_array_interface__  # type: ignore[attr-defined]
+
+
+class _DLPackOnly:
+    """Exposes only the DLPack protocol (a producer aotkernels has no adapter for)."""
+
+    def __init__(self, t: object) -> None:
+        self._t = t
+
+    def __dlpack__(self, stream: int | None = None) -> object:
+        return self._t.__dlpack__(stream=stream)  # type: ignore[attr-defined]
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._t.__dlpack_device__()  # type: ignore[attr-defined, no-any-return]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wrap", [_CaiOnly, _DLPackOnly])
+def test_generic_producers(wrap: type) -> None:
+    """Inputs known only by protocol come back as a DLPack buffer any framework can take."""
+    import torch
+
+    x = torch.randn(257, 96, device="cuda")
+    y = ak.silu(wrap(x))
+    assert not isinstance(y, torch.Tensor)
+    t = torch.from_dlpack(y)
+    assert t.shape == x.shape and t.device == x.device
+    torch.testing.assert_close(t, torch.nn.functional.silu(x), rtol=1e-5, atol=1e-6)
+    out = torch.full_like(x, float("nan"))
+    assert ak.relu(wrap(x), out=wrap(out)) is not None
+    assert torch.equal(out, torch.relu(x))
+    g = torch.from_dlpack(ak.silu_and_mul(wrap(x)))
+    assert g.shape == (257, 48)

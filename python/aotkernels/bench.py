@@ -5,6 +5,9 @@ Subcommands:
                RawKernel and cuda.core ``launch`` of an equivalent kernel
   elementwise  bandwidth of each activation / gated op vs torch eager, torch.compile and the
                device copy bandwidth, at small, medium and large sizes
+  norm         rms_norm, fused_add_rms_norm, layer_norm, softmax vs torch's own op (F.rms_norm,
+               F.layer_norm, torch.softmax), the eager formula and torch.compile of it, on
+               16384 x {1024, 4096, 8192} and decode-like {1, 32, 256} x {4096, 8192}
 
 Method (PERFORMANCE.md): CUDA events, warm-up, median of many repeats, random data, inputs
 rotated when they fit in L2. Bytes count each input read once and each output written once.
@@ -191,6 +194,118 @@ def bench_elementwise(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def _norm_cases(torch: Any, eps: float = 1e-6) -> dict[str, Any]:
+    """op -> (ours, torch's own op or None, eager formula, bytes moved per element pass count)."""
+    import torch.nn.functional as F
+
+    import aotkernels as ak
+
+    def rms_formula(x: Any, w: Any) -> Any:
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+
+    def fused_formula(x: Any, r: Any, w: Any) -> Any:
+        r = x + r
+        return rms_formula(r, w), r
+
+    def ln_formula(x: Any, w: Any, b: Any) -> Any:
+        xf = x.float()
+        mu = xf.mean(-1, keepdim=True)
+        var = (xf - mu).pow(2).mean(-1, keepdim=True)
+        return ((xf - mu) * torch.rsqrt(var + 1e-5)).to(x.dtype) * w + b
+
+    def sm_formula(x: Any) -> Any:
+        xf = x.float()
+        e = torch.exp(xf - xf.amax(-1, keepdim=True))
+        return (e / e.sum(-1, keepdim=True)).to(x.dtype)
+
+    return {
+        # name: (ours, torch op, formula, arrays read + written per element)
+        "rms_norm": (lambda x, r, w, b: ak.rms_norm(x, w, eps),
+                     lambda x, r, w, b: F.rms_norm(x, (x.shape[-1],), w, eps),
+                     lambda x, r, w, b: rms_formula(x, w), 2),
+        "fused_add_rms_norm": (lambda x, r, w, b: ak.fused_add_rms_norm(x, r, w, eps), None,
+                               lambda x, r, w, b: fused_formula(x, r, w), 4),
+        "layer_norm": (lambda x, r, w, b: ak.layer_norm(x, w, b, 1e-5),
+                       lambda x, r, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-5),
+                       lambda x, r, w, b: ln_formula(x, w, b), 2),
+        "softmax": (lambda x, r, w, b: ak.softmax(x), lambda x, r, w, b: torch.softmax(x, -1),
+                    lambda x, r, w, b: sm_formula(x), 2),
+    }  # fmt: skip
+
+
+def _time_norm(fn: Callable[..., Any], xs: list[Any], rs: list[Any], w: Any, b: Any) -> float:
+    """Median ms of ``fn(x, residual, weight, bias)``, rotating through the input sets."""
+    return time_gpu(lambda i: fn(xs[i % len(xs)], rs[i % len(rs)], w, b))
+
+
+def bench_norm(args: argparse.Namespace) -> list[dict[str, Any]]:
+    torch = _torch()
+    shapes = [(16384, 1024), (16384, 4096), (16384, 8192), (1, 4096), (32, 4096), (256, 4096),
+              (1, 8192), (32, 8192), (256, 8192)]  # fmt: skip
+    cases = _norm_cases(torch)
+    ops = args.ops.split(",") if args.ops else list(cases)
+    rows: list[dict[str, Any]] = []
+    for dtype_name in args.dtypes.split(","):
+        dtype = getattr(torch, {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[dtype_name])
+        size = torch.finfo(dtype).bits // 8
+        for shape in shapes:
+            nbytes = shape[0] * shape[1] * size
+            sets = max(1, min(16, L2_ROTATE_BYTES // (4 * nbytes)))
+            xs = [torch.randn(shape, device="cuda", dtype=dtype) for _ in range(sets)]
+            rs = [torch.randn(shape, device="cuda", dtype=dtype) for _ in range(sets)]
+            w = torch.randn(shape[1], device="cuda", dtype=dtype)
+            b = torch.randn(shape[1], device="cuda", dtype=dtype)
+            dst = torch.empty_like(xs[0])
+            copy_tbs = 2 * nbytes / rotating(dst.copy_, xs) / 1e9
+            for op in ops:
+                ours, native, formula, passes = cases[op]
+                moved = passes * nbytes + 2 * shape[1] * size
+
+                t_ours = _time_norm(ours, xs, rs, w, b)
+                t_native = _time_norm(native, xs, rs, w, b) if native else None
+                t_eager = _time_norm(formula, xs, rs, w, b)
+                t_comp = None
+                if not args.no_compile:
+                    t_comp = _time_norm(torch.compile(formula, dynamic=False), xs, rs, w, b)
+                best = min(t for t in (t_native, t_eager, t_comp) if t)
+                tbs = moved / t_ours / 1e9
+                rows.append({
+                    "op": op, "dtype": dtype_name, "shape": list(shape), "ours_TBps": tbs,
+                    "torch_op_TBps": moved / t_native / 1e9 if t_native else None,
+                    "eager_TBps": moved / t_eager / 1e9,
+                    "compile_TBps": moved / t_comp / 1e9 if t_comp else None,
+                    "copy_TBps": copy_tbs,
+                    "vs_torch_op": t_native / t_ours if t_native else None,
+                    "vs_eager": t_eager / t_ours,
+                    "vs_compile": t_comp / t_ours if t_comp else None,
+                    "vs_best_torch": best / t_ours,
+                    "of_copy": tbs / copy_tbs,
+                })  # fmt: skip
+            xs.clear()
+            rs.clear()
+            torch.cuda.empty_cache()
+    return rows
+
+
+def chart(rows: list[dict[str, Any]], path: str, title: str) -> None:
+    """Bar chart of our speed-up over the best torch path per shape (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['op']} {r['dtype']} {'x'.join(map(str, r['shape']))}" for r in rows]
+    fig, ax = plt.subplots(figsize=(10, 0.28 * len(rows) + 1.5))
+    ax.barh(labels, [r["vs_best_torch"] for r in rows], color="tab:green")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("speed-up over the best torch path (op, eager formula, torch.compile)")
+    ax.set_title(title)
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def _print(rows: list[dict[str, Any]], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -212,7 +327,8 @@ def _print(rows: list[dict[str, Any]], title: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="aotkernels bench", description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["launch", "elementwise", "all"])
+    ap.add_argument("what", choices=["launch", "elementwise", "norm", "all"])
+    ap.add_argument("--chart", help="write a PNG chart (norm) to this file")
     ap.add_argument("--json", help="write the results to this file")
     ap.add_argument("--calls", type=int, default=20000, help="calls per host-cost round")
     ap.add_argument("--ops", help="comma-separated ops (elementwise)")
@@ -227,6 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.what in ("elementwise", "all"):
         results["elementwise"] = bench_elementwise(args)
         _print(results["elementwise"], "elementwise bandwidth (TB/s) and ratios")
+    if args.what in ("norm", "all"):
+        results["norm"] = bench_norm(args)
+        _print(results["norm"], "norm / softmax bandwidth (TB/s) and ratios")
+        if args.chart:
+            chart(results["norm"], args.chart, f"norm and softmax on {results['device']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
