@@ -354,7 +354,8 @@ def test_write_plan_files(matrix: Matrix, tmp_path: Path) -> None:
     assert data["archs"] == "75;90;compute_75" and data["toolkit"] == "13.0"
     act = data["families"]["activation"]
     assert act["targets"] == ["sm_75", "sm_90"] and act["ptx"] == ["compute_75"]
-    assert act["images"] == [["cubin", 75, ""], ["cubin", 90, ""], ["ptx", 75, ""]]
+    # nvcc order: per virtual arch in -gencode order, its PTX first, then its cubins
+    assert act["images"] == [["ptx", 75, ""], ["cubin", 75, ""], ["cubin", 90, ""]]
     assert act["param_bytes"] == 48 and act["param_format"] == "<QQqqqq"
     assert {"symbol": "ak_relu_bf16", "op": "relu", "dtype": "bf16"} in act["entries"]
 

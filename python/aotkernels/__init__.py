@@ -10,7 +10,18 @@ from typing import Any
 
 from .errors import AotKernelsError, DriverTooOldError, NoKernelImageError
 from .loader import preload
-from .ops import gelu, gelu_and_mul, relu, sigmoid, silu, silu_and_mul
+from .ops import (
+    fused_add_rms_norm,
+    gelu,
+    gelu_and_mul,
+    layer_norm,
+    relu,
+    rms_norm,
+    sigmoid,
+    silu,
+    silu_and_mul,
+    softmax,
+)
 
 __version__ = "0.1.0"
 
@@ -20,14 +31,18 @@ __all__ = [
     "NoKernelImageError",
     "__version__",
     "doctor",
+    "fused_add_rms_norm",
     "gelu",
     "gelu_and_mul",
+    "layer_norm",
     "matrix",
     "preload",
     "relu",
+    "rms_norm",
     "sigmoid",
     "silu",
     "silu_and_mul",
+    "softmax",
 ]
 
 

@@ -4,5 +4,18 @@ from __future__ import annotations
 
 from .activation import gelu, relu, sigmoid, silu
 from .gated import gelu_and_mul, silu_and_mul
+from .norm import fused_add_rms_norm, layer_norm, rms_norm
+from .softmax import softmax
 
-__all__ = ["gelu", "gelu_and_mul", "relu", "sigmoid", "silu", "silu_and_mul"]
+__all__ = [
+    "fused_add_rms_norm",
+    "gelu",
+    "gelu_and_mul",
+    "layer_norm",
+    "relu",
+    "rms_norm",
+    "sigmoid",
+    "silu",
+    "silu_and_mul",
+    "softmax",
+]

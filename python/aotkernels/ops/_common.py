@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from .. import arrays as _arrays
 from .. import loader as _loader
 from ..arrays import (
+    ITEMSIZE,
     TORCH_TYPES,
     ArrayInfo,
     Framework,
@@ -129,21 +130,46 @@ def joint_rows_view(
     """
     o_split = rows_view(op, "out", out)
     if o_split[:2] == x_split[:2]:
-        check_rows_disjoint(op, o_split[0], o_split[1], o_split[2])
+        check_rows_disjoint(op, "out", o_split[0], o_split[1], o_split[2])
         return x_split[0], x_split[1], x_split[2], o_split[2]
     cols = x.shape[-1]
     rows = math.prod(x.shape) // cols
     x_rs = x_split[2] if x_split[1] == cols else cols
     o_rs = o_split[2] if o_split[1] == cols else cols
-    check_rows_disjoint(op, rows, cols, o_rs)
+    check_rows_disjoint(op, "out", rows, cols, o_rs)
     return rows, cols, x_rs, o_rs
 
 
-def check_rows_disjoint(op: str, rows: int, cols: int, row_stride: int) -> None:
-    """An output's rows must not overlap (stride-0 or overlapping rows would race)."""
-    if rows > 1 and abs(row_stride) < cols:
+def check_rows_disjoint(op: str, arg: str, rows: int, cols: int, row_stride: int) -> None:
+    """A written array's rows must not overlap each other (stride 0, overlapping strides)."""
+    if rows > 1 and cols > 0 and abs(row_stride) < cols:
         raise ValueError(
-            f"{op}: out must not overlap itself, got row stride {row_stride} for rows of {cols}"
+            f"{op}: {arg} must not overlap itself, got row stride {row_stride} for rows of "
+            f"{cols} elements"
+        )
+
+
+def byte_span(info: ArrayInfo) -> tuple[int, int] | None:
+    """The byte range [lo, hi) an array touches, or None when it is empty."""
+    if any(n == 0 for n in info.shape):
+        return None
+    item = ITEMSIZE.get(info.dtype, 1)
+    lo = hi = 0
+    for n, st in zip(info.shape, info.strides, strict=True):
+        reach = (n - 1) * st
+        lo += min(0, reach)
+        hi += max(0, reach)
+    return info.ptr + lo * item, info.ptr + (hi + 1) * item
+
+
+def check_disjoint(op: str, a: str, ai: ArrayInfo, b: str, bi: ArrayInfo) -> None:
+    """``ValueError`` when ``a`` (written) and ``b`` share memory; rows of one would race with
+    or read the other's output."""
+    sa, sb = byte_span(ai), byte_span(bi)
+    if sa is not None and sb is not None and sa[0] < sb[1] and sb[0] < sa[1]:
+        raise ValueError(
+            f"{op}: {a} must not overlap {b}, got {a} at [{sa[0]:#x}, {sa[1]:#x}) and {b} at "
+            f"[{sb[0]:#x}, {sb[1]:#x})"
         )
 
 
@@ -181,7 +207,19 @@ def _raw(obj: Any, call: Call, shape: Sequence[int], dtype: str) -> ArrayInfo:
 # A plan is the validated, configured launch of one op for one set of array layouts; only the
 # pointers change between calls. Torch tensors look their plan up by layout (the fast path) and
 # skip validation; everything else builds a plan per call.
-_PLANS: dict[Any, tuple[Any, tuple[int, ...] | None]] = {}
+
+
+class PlanEntry(NamedTuple):
+    plan: Any  # _core.LaunchPlan
+    out_shape: tuple[int, ...] | None  # for the allocation; None: torch.empty_like(x)
+    # Overlap check on every hit, for ops that write caller memory: byte extent per pointer
+    # slot, the written slots, and whether out may alias x exactly (same layout).
+    extents: tuple[int, ...] | None
+    written: tuple[int, ...]
+    inplace_ok: bool
+
+
+_PLANS: dict[Any, PlanEntry] = {}
 _MAX_PLANS = 4096  # dynamic shapes: bound the cache rather than grow without end
 
 
@@ -222,48 +260,109 @@ def launch(
     make_plan(family, symbol, device, grid, block, *params)(stream)
 
 
-def remember(key: Any, plan: Any, out_shape: tuple[int, ...], x: ArrayInfo) -> None:
-    """Cache ``plan`` for the torch fast path under ``key`` (None: nothing to cache).
+def _extent(info: ArrayInfo | None) -> int:
+    span = None if info is None else byte_span(info)
+    return 0 if span is None else span[1] - span[0]
 
-    The fast path must allocate exactly as the torch adapter did (``Framework.empty``): like x
-    (``empty_like``) for a contiguous x of the same shape, else ``new_empty(out_shape)``.
+
+def remember(
+    key: Any,
+    plan: Any,
+    slots: Sequence[ArrayInfo | None],
+    *,
+    allocated: bool,
+    written: tuple[int, ...] = (0,),
+) -> None:
+    """Cache ``plan`` for the torch fast path (``key`` None: nothing to cache).
+
+    ``slots`` are the arrays in the kernel's pointer order, out first. The fast path allocates
+    as the torch adapter did (``Framework.empty``): like x for a contiguous x of out's shape,
+    else ``new_empty``. When the op writes memory the caller passed in, every hit re-checks
+    that the written ranges overlap nothing else (pointers change between calls).
     """
     if key is None:
         return
-    like_x = tuple(out_shape) == tuple(x.shape) and x.obj.is_contiguous()
+    out, x = slots[0], slots[1]
+    assert out is not None and x is not None
+    like_x = tuple(out.shape) == tuple(x.shape) and x.obj.is_contiguous()
+    checks = not allocated or written != (0,)
+    entry = PlanEntry(
+        plan,
+        None if like_x else tuple(out.shape),
+        tuple(_extent(s) for s in slots) if checks else None,
+        written,
+        tuple(out.strides) == tuple(x.strides),
+    )
     if len(_PLANS) >= _MAX_PLANS:
         _PLANS.clear()
-    _PLANS[key] = (plan, None if like_x else tuple(out_shape))
+    _PLANS[key] = entry
 
 
-def torch_fast(kernel: str, x: Any, out: Any, stream: Any) -> tuple[Any, Any]:
-    """Run a known (op, layouts) on torch tensors ``(out, x)`` without re-validating.
+def _overlaps(entry: PlanEntry, ptrs: list[int]) -> bool:
+    ext = entry.extents
+    assert ext is not None
+    for w in entry.written:
+        pw, ew = ptrs[w], ext[w]
+        for j, (pj, ej) in enumerate(zip(ptrs, ext, strict=True)):
+            if j == w or not (pj < pw + ew and pw < pj + ej):
+                continue
+            same = {w, j} == {0, 1} and pj == pw and entry.inplace_ok
+            if not same:
+                return True
+    return False
 
-    Returns ``(result, None)`` on a hit; ``(None, key)`` on a miss, where ``key`` (None when
-    the fast path does not apply) lets the slow path remember the plan it builds.
+
+def torch_fast(
+    kernel: str, out: Any, arrays: Sequence[Any], stream: Any, extra: Any = None
+) -> tuple[Any, Any]:
+    """Run a known (op, layouts) on torch tensors without re-validating.
+
+    ``arrays`` are the inputs in the kernel's pointer order after out (None where absent),
+    x first; ``extra`` holds the scalar arguments that shape the launch. Returns
+    ``(result, None)`` on a hit, ``(None, key)`` on a miss (``key`` None when the fast path
+    does not apply), so that the slow path can ``remember`` the plan it builds.
     """
+    x = arrays[0]
     if type(x) not in TORCH_TYPES:
         return None, None
-    dev = x.get_device()
-    if out is None:
-        key: Any = (kernel, x.dtype, x.shape, x.stride(), dev)
-        hit = _PLANS.get(key)
-        if hit is None:
-            return None, key
-        # Same allocation as the slow path's (torch adapter's empty): same layout, same plan.
-        res = _arrays.torch_empty_like(x) if hit[1] is None else x.new_empty(hit[1])
-    else:
+    key: list[Any] = [kernel, extra]
+    ptrs = [0]
+    align = 0
+    for a in arrays:
+        if a is None:
+            key.append(None)
+            ptrs.append(0)
+            continue
+        if type(a) not in TORCH_TYPES:
+            return None, None
+        key.append((a.dtype, a.shape, a.stride(), a.get_device()))
+        p = a.data_ptr()
+        ptrs.append(p)
+        align |= p
+    if out is not None:
         if type(out) not in TORCH_TYPES:
             return None, None
-        xs, os_ = x.stride(), out.stride()
-        key = (kernel, x.dtype, x.shape, xs, dev, out.dtype, out.shape, os_, out.get_device())
-        hit = _PLANS.get(key)
-        # Same storage with other strides is a partial overlap: the slow path rejects it.
-        if hit is None or (os_ != xs and out.data_ptr() == x.data_ptr()):
-            return None, key
+        key.append((out.dtype, out.shape, out.stride(), out.get_device()))
+        ptrs[0] = out.data_ptr()
+        align |= ptrs[0]
+    key.append(align & 15 == 0)  # launch configs take the vector path only when aligned
+    tkey = tuple(key)
+    try:
+        hit = _PLANS.get(tkey)
+    except TypeError:  # an unhashable scalar argument: let the slow path judge it
+        return None, None
+    if hit is None:
+        return None, tkey
+    if out is None:
+        res = _arrays.torch_empty_like(x) if hit.out_shape is None else x.new_empty(hit.out_shape)
+        ptrs[0] = res.data_ptr()  # a fresh allocation: 16-byte aligned, overlaps nothing
+    else:
         res = out
+    if hit.extents is not None and _overlaps(hit, ptrs):
+        return None, tkey  # the slow path names the overlap
+    dev = x.get_device()
     s = _arrays.torch_stream(dev) if stream is None else stream_handle(stream)
-    hit[0](s, res.data_ptr(), x.data_ptr())  # failures raise AotKernelsError from _core
+    hit.plan(s, *ptrs)  # failures raise AotKernelsError from _core
     return res, None
 
 

@@ -44,14 +44,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from ..arrays import ITEMSIZE, ArrayInfo, dtype_name
+from ..arrays import ArrayInfo, dtype_name
 from ._common import Call, operand, rows_view
 
 __all__ = [
     "RowwiseConfig",
-    "check_disjoint",
     "check_eps",
-    "check_rows_disjoint",
     "row_layout",
     "rowwise_config",
     "same_dtype",
@@ -149,39 +147,6 @@ def row_layout(op: str, arg: str, info: ArrayInfo) -> tuple[int, int]:
     if v_rows == rows and v_cols == cols:
         return rows, v_stride
     return rows, cols  # contiguous: rows_view made one long row; split it at the last dim
-
-
-def check_rows_disjoint(op: str, arg: str, rows: int, cols: int, row_stride: int) -> None:
-    """A written array's rows must not overlap each other (stride 0, overlapping strides)."""
-    if rows > 1 and cols > 0 and abs(row_stride) < cols:
-        raise ValueError(
-            f"{op}: {arg} must not overlap itself, got row stride {row_stride} for rows of "
-            f"{cols} elements"
-        )
-
-
-def _span(info: ArrayInfo) -> tuple[int, int] | None:
-    """The byte range [lo, hi) an array touches, or None when it is empty."""
-    if any(n == 0 for n in info.shape):
-        return None
-    item = ITEMSIZE.get(info.dtype, 1)
-    lo = hi = 0
-    for n, st in zip(info.shape, info.strides, strict=True):
-        reach = (n - 1) * st
-        lo += min(0, reach)
-        hi += max(0, reach)
-    return info.ptr + lo * item, info.ptr + (hi + 1) * item
-
-
-def check_disjoint(op: str, a: str, ai: ArrayInfo, b: str, bi: ArrayInfo) -> None:
-    """``ValueError`` when ``a`` (written) and ``b`` share memory; rows of one would race with
-    or read the other's output."""
-    sa, sb = _span(ai), _span(bi)
-    if sa is not None and sb is not None and sa[0] < sb[1] and sb[0] < sa[1]:
-        raise ValueError(
-            f"{op}: {a} must not overlap {b}, got {a} at [{sa[0]:#x}, {sa[1]:#x}) and {b} at "
-            f"[{sb[0]:#x}, {sb[1]:#x})"
-        )
 
 
 def same_dtype(op: str, arg: str, info: ArrayInfo, x: ArrayInfo) -> None:

@@ -32,7 +32,7 @@ _UNROLL = 4  # kUnroll in kernels/activation/activation.cuh
 
 def _unary(op: str, kernel: str, x: Any, out: Any, stream: Any) -> Any:
     symbol = f"ak_{kernel}_"
-    res, key = torch_fast(symbol, x, out, stream)
+    res, key = torch_fast(symbol, out, (x,), stream)
     if res is not None:
         return res
     call = prepare(op, x, stream)
@@ -47,7 +47,7 @@ def _unary(op: str, kernel: str, x: Any, out: Any, stream: Any) -> Any:
         plan = make_plan(FAMILY, symbol + xi.dtype, xi.device, cfg.grid, cfg.block,
                          oi.ptr, xi.ptr, rows, cols, x_rs, o_rs)  # fmt: skip
         plan(call.stream, oi.ptr, xi.ptr)
-        remember(key, plan, tuple(xi.shape), xi)
+        remember(key, plan, (oi, xi), allocated=out is None)
     return finish(call, res, out is None)
 
 

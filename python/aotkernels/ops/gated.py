@@ -32,7 +32,7 @@ _UNROLL = 2  # kUnroll in kernels/gated/gated.cuh
 
 def _gated(op: str, kernel: str, x: Any, out: Any, stream: Any) -> Any:
     symbol = f"ak_{kernel}_"
-    res, key = torch_fast(symbol, x, out, stream)
+    res, key = torch_fast(symbol, out, (x,), stream)
     if res is not None:
         return res
     call = prepare(op, x, stream)
@@ -51,13 +51,13 @@ def _gated(op: str, kernel: str, x: Any, out: Any, stream: Any) -> Any:
         o_rows, _, o_rs = rows_view(op, "out", oi)
         x_rs = x_rs if x_rows == rows else 2 * d
         o_rs = o_rs if o_rows == rows else d
-        check_rows_disjoint(op, rows, d, o_rs)
+        check_rows_disjoint(op, "out", rows, d, o_rs)
         sms = _device.device_info(xi.device).sm_count
         cfg = elementwise_config(rows, d, ITEMSIZE[xi.dtype], sms, _UNROLL)
         plan = make_plan(FAMILY, symbol + xi.dtype, xi.device, cfg.grid, cfg.block,
                          oi.ptr, xi.ptr, rows, d, x_rs, o_rs)  # fmt: skip
         plan(call.stream, oi.ptr, xi.ptr)
-        remember(key, plan, (*xi.shape[:-1], d), xi)
+        remember(key, plan, (oi, xi), allocated=out is None)
     return finish(call, res, out is None)
 
 

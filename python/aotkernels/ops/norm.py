@@ -2,8 +2,9 @@
 
 f32 / f16 / bf16; weight and bias in x's dtype; f32 accumulation and one rounding on store.
 x may be strided by rows (``x[:, :h]``, ``x[::2]``) and start at any element; its last dimension
-must be contiguous. Any hidden size: rows up to 128 KiB stay in registers (one read, one write),
-longer rows are streamed twice (three times for layer_norm) from global memory.
+must be contiguous. Any hidden size: rows up to 128 KiB (64 KiB for fused_add_rms_norm, whose
+residual loads need the registers) stay in registers (one read, one write); longer rows are
+streamed twice (three times for layer_norm) from global memory.
 """
 
 from __future__ import annotations
@@ -12,11 +13,20 @@ from typing import Any
 
 from .. import device as _device
 from ..arrays import ITEMSIZE
-from ._common import check_dtype, finish, launch, operand, output, prepare
-from ._rowwise import (
+from ._common import (
     check_disjoint,
-    check_eps,
+    check_dtype,
     check_rows_disjoint,
+    finish,
+    make_plan,
+    operand,
+    output,
+    prepare,
+    remember,
+    torch_fast,
+)
+from ._rowwise import (
+    check_eps,
     row_layout,
     rowwise_config,
     same_dtype,
@@ -43,8 +53,13 @@ def _launch(
     strides: tuple[int, int, int],
     eps: float,
     stream: int,
+    key: Any,
+    allocated: bool,
 ) -> None:
-    """One launch of ``ak_<kernel>_<dtype>``; ``x``/``out``/... are ArrayInfo or None."""
+    """One launch of ``ak_<kernel>_<dtype>``; ``x``/``out``/... are ArrayInfo or None.
+
+    The plan is remembered under ``key`` for the torch fast path (see ``torch_fast``).
+    """
     if rows * hidden == 0:
         return  # empty: nothing to read or write, no launch
     item = ITEMSIZE[x.dtype]
@@ -53,8 +68,11 @@ def _launch(
     sms = _device.device_info(x.device).sm_count
     cfg = rowwise_config(rows, hidden, item, sms, vec)
     flags = (_HAS_WEIGHT if weight is not None else 0) | (_HAS_BIAS if bias is not None else 0)
-    launch(FAMILY, f"ak_{kernel}_{x.dtype}", x.device, cfg.grid, cfg.block, stream,
-           *ptrs, rows, hidden, *strides, eps, flags, cfg.vecs_per_thread)  # fmt: skip
+    plan = make_plan(FAMILY, f"ak_{kernel}_{x.dtype}", x.device, cfg.grid, cfg.block,
+                     *ptrs, rows, hidden, *strides, eps, flags, cfg.vecs_per_thread)  # fmt: skip
+    plan(stream)
+    written = (0, 2) if residual is not None else (0,)  # fused_add_rms_norm writes residual
+    remember(key, plan, (out, x, residual, weight, bias), allocated=allocated, written=written)
 
 
 def _out_layout(op: str, xi: Any, oi: Any, rows: int, hidden: int, allocated: bool) -> int:
@@ -89,6 +107,9 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None, stream:
     result is rounded once to x's dtype.
     """
     op = "rms_norm"
+    res, key = torch_fast("ak_rms_norm_", out, (x, None, weight, None), stream, eps)
+    if res is not None:
+        return res
     call = prepare(op, x, stream)
     xi = call.x
     check_dtype(op, "x", xi, DTYPES)
@@ -102,7 +123,8 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None, stream:
     o_rs = _out_layout(op, xi, oi, rows, hidden, out is None)
     if out is not None:
         check_disjoint(op, "out", oi, "weight", wi)
-    _launch(op, xi, oi, None, wi, None, rows, hidden, (x_rs, o_rs, 0), eps_f, call.stream)
+    _launch(op, xi, oi, None, wi, None, rows, hidden, (x_rs, o_rs, 0), eps_f, call.stream,
+            key, out is None)  # fmt: skip
     return finish(call, res, out is None)
 
 
@@ -130,6 +152,9 @@ def fused_add_rms_norm(
     (x, residual) : the two inputs, updated.
     """
     op = "fused_add_rms_norm"
+    hit, key = torch_fast("ak_fused_add_rms_norm_", x, (x, residual, weight, None), stream, eps)
+    if hit is not None:
+        return x, residual
     call = prepare(op, x, stream)
     xi = call.x
     check_dtype(op, "x", xi, DTYPES)
@@ -157,7 +182,8 @@ def fused_add_rms_norm(
     check_disjoint(op, "x", xi, "weight", wi)
     check_disjoint(op, "residual", ri, "weight", wi)
     eps_f = check_eps(op, eps)
-    _launch(op, xi, xi, ri, wi, None, rows, hidden, (x_rs, x_rs, r_rs), eps_f, call.stream)
+    _launch(op, xi, xi, ri, wi, None, rows, hidden, (x_rs, x_rs, r_rs), eps_f, call.stream,
+            key, False)  # fmt: skip
     return x, residual
 
 
@@ -190,6 +216,9 @@ def layer_norm(
     The normalized array (``out`` when given), in x's framework.
     """
     op = "layer_norm"
+    res, key = torch_fast("ak_layer_norm_", out, (x, None, weight, bias), stream, eps)
+    if res is not None:
+        return res
     call = prepare(op, x, stream)
     xi = call.x
     check_dtype(op, "x", xi, DTYPES)
@@ -206,5 +235,6 @@ def layer_norm(
         for name, info in (("weight", wi), ("bias", bi)):
             if info is not None:
                 check_disjoint(op, "out", oi, name, info)
-    _launch(op, xi, oi, None, wi, bi, rows, hidden, (x_rs, o_rs, 0), eps_f, call.stream)
+    _launch(op, xi, oi, None, wi, bi, rows, hidden, (x_rs, o_rs, 0), eps_f, call.stream,
+            key, out is None)  # fmt: skip
     return finish(call, res, out is None)

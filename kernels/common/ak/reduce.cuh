@@ -1,0 +1,620 @@
+// Row-wise reductions shared by the norm and softmax families.
+//
+// A row of `cols` contiguous elements is owned by a *row group* of G threads laid along
+// threadIdx.x (G = blockDim.x: a power of two <= 32, or a multiple of 32 <= 1024); threadIdx.y
+// stacks row groups, so a block works on blockDim.y rows at a time; blocks grid-stride over rows.
+// Each thread owns *slots*: 16-byte packets of V = 16 / sizeof(T) elements. In the vector layout
+// slot (u, j) of the chunk at element c0 is element c0 + (u * G + t) * V + j and moves with one
+// 16-byte access; in the scalar layout (odd sizes, misaligned rows) it is element
+// c0 + (u * V + j) * G + t, so a warp's scalar accesses stay coalesced. Every pass over a row uses
+// the same mapping, so a thread only ever reads back elements it wrote itself.
+//
+// Two engines give an op the same calls: `for_each(f)` (f(x, lane) over the thread's elements
+// of the row), `group<Combine>(v)` (combine a few floats over the row group), `store(f)` and
+// `cols()`:
+//   RegRow<A, N, ...>   the row lives in registers (N packets per thread, N in {1, 2, 4, 8}):
+//                       global memory is read once and written once per element;
+//   StreamRow<A, ...>   rows longer than registers hold: each `for_each` and the `store` stream
+//                       the row from global memory again.
+// An op (a functor of its family) is written once against that interface and runs on both: it
+// folds its elements per thread first (no barrier), then combines one small state per thread
+// (a sum; mean and M2; max and sum of exponentials) with a single group reduction. Reductions
+// are fixed-order trees (per-thread lanes, warp shuffles, then one shared-memory step), so
+// results are bitwise repeatable.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "ak/dtype.cuh"
+
+namespace ak {
+
+// Combines for GroupReducer: a <- a (+) b, where a is the value of the lower lane.
+template <int K>
+struct Sum {
+  static constexpr bool kCommutative = true;  // bitwise: IEEE addition is commutative
+  __device__ __forceinline__ static void identity(float (&v)[K]) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) v[k] = 0.f;
+  }
+  __device__ __forceinline__ void operator()(float (&a)[K], const float (&b)[K]) const {
+#pragma unroll
+    for (int k = 0; k < K; ++k) a[k] += b[k];
+  }
+};
+
+// Reduces K floats per thread over its row group with `Combine`. Every thread of the block must
+// call it the same number of times (row groups of G > 32 meet at a __syncthreads). Two shared
+// buffers alternate, so a warp that races ahead into the next reduction cannot overwrite
+// partials that a slower warp has yet to read (the barrier of the reduction in between orders
+// them). Each butterfly step combines (lower lane, upper lane) in that order on both lanes, so
+// every thread of the group ends with bitwise the same result even for a combine that is not
+// commutative in floating point.
+class GroupReducer {
+ public:
+  static constexpr int kMaxValues = 3;
+  using Buffer = float[2][kMaxValues][32];
+
+  __device__ explicit GroupReducer(Buffer& smem) : smem_(smem) {}
+
+  template <class Combine, int K>
+  __device__ __forceinline__ void reduce(float (&v)[K]) {
+    static_assert(K <= kMaxValues, "GroupReducer: too many values");
+    const int g = blockDim.x;
+    const int tid = threadIdx.y * g + threadIdx.x;
+    const int lane = tid & 31;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      if (o < g) step<Combine>(v, o, lane);
+    }
+    if (g <= 32) return;
+    float (*buf)[32] = smem_[phase_ & 1];
+    ++phase_;
+    const int warp = tid >> 5;
+    if (lane == 0) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) buf[k][warp] = v[k];
+    }
+    __syncthreads();
+    const int first = warp - (threadIdx.x >> 5);  // first warp of this row group
+    if (lane < (g >> 5)) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) v[k] = buf[k][first + lane];
+    } else {
+      Combine::identity(v);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) step<Combine>(v, o, lane);
+  }
+
+ private:
+  template <class Combine, int K>
+  __device__ __forceinline__ static void step(float (&v)[K], int o, int lane) {
+    if constexpr (Combine::kCommutative) {
+      float w[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) w[k] = __shfl_xor_sync(0xffffffffu, v[k], o);
+      Combine()(v, w);
+      return;
+    }
+    // Selects, not a branch: the two halves of a warp would otherwise run the combine in turn.
+    const bool upper = lane & o;
+    float lo[K], hi[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const float w = __shfl_xor_sync(0xffffffffu, v[k], o);
+      lo[k] = upper ? w : v[k];
+      hi[k] = upper ? v[k] : w;
+    }
+    Combine()(lo, hi);
+#pragma unroll
+    for (int k = 0; k < K; ++k) v[k] = lo[k];
+  }
+
+  Buffer& smem_;
+  int phase_ = 0;
+};
+
+// 2^x with the MUFU.EX2 instruction alone (inputs here are <= 0; results below 2^-126 flush to
+// 0, far under every tolerance).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+namespace rowwise {
+
+constexpr int kMaxThreads = 1024;  // the largest row group (a 65536-element bf16 row, N = 8)
+constexpr int kStreamChunk = 4;    // packets in flight per thread and pass in StreamRow
+constexpr int kLanes = 4;          // independent accumulators per thread in a reduction
+
+// An empty asm that claims to change `v`: values derived from it (f32 conversions, slot offsets)
+// cannot be kept live from one pass to the next and are recomputed instead. Without it the
+// compiler holds every converted element and every address across the reductions: twice the
+// registers of the packed row, and spills.
+__device__ __forceinline__ void launder(uint32_t& v) { asm volatile("" : "+r"(v)); }
+__device__ __forceinline__ int launder(int v) {
+  asm volatile("" : "+r"(v));
+  return v;
+}
+
+// 16 bytes of storage of T in four 32-bit registers, with f32 access to its elements.
+template <class T>
+struct Packet {
+  static constexpr int V = 16 / sizeof(T);
+  using Bits = std::conditional_t<sizeof(T) == 2, unsigned short, unsigned int>;
+  uint32_t w[4];
+
+  __device__ __forceinline__ float get(int j) const {
+    if constexpr (sizeof(T) == 4) {
+      return __uint_as_float(w[j]);
+    } else {
+      const uint32_t word = w[j >> 1];
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        return __uint_as_float((j & 1) ? (word & 0xffff0000u) : (word << 16));
+      } else {
+        return __half2float(__ushort_as_half(
+            static_cast<unsigned short>((j & 1) ? (word >> 16) : (word & 0xffffu))));
+      }
+    }
+  }
+
+  // Elements j and j + 1 (j even) from f32, each rounded once to nearest even (one cvt for a
+  // bf16/f16 pair on sm_80+; going through __nv_bfloat162_raw instead put the halves through
+  // local memory).
+  __device__ __forceinline__ void set2(int j, float lo, float hi) {
+    if constexpr (sizeof(T) == 4) {
+      w[j] = __float_as_uint(lo);
+      w[j + 1] = __float_as_uint(hi);
+    } else {
+      w[j >> 1] = pack2(lo, hi);
+    }
+  }
+
+  __device__ __forceinline__ static uint32_t pack2(float lo, float hi) {
+    uint32_t u;
+#if __CUDA_ARCH__ >= 800
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+    } else {
+      asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+    }
+#else
+    u = uint32_t(to_bits(lo)) | (uint32_t(to_bits(hi)) << 16);
+#endif
+    return u;
+  }
+
+  __device__ __forceinline__ static unsigned short to_bits(float v) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+    } else {
+      return __half_as_ushort(__float2half_rn(v));
+    }
+  }
+
+  __device__ __forceinline__ Bits bits(int j) const {
+    if constexpr (sizeof(T) == 4) {
+      return w[j];
+    } else {
+      return static_cast<Bits>((j & 1) ? (w[j >> 1] >> 16) : (w[j >> 1] & 0xffffu));
+    }
+  }
+  __device__ __forceinline__ void set_bits(int j, Bits b) {
+    if constexpr (sizeof(T) == 4) {
+      w[j] = b;
+    } else if (j & 1) {
+      w[j >> 1] = (w[j >> 1] & 0xffffu) | (uint32_t(b) << 16);
+    } else {
+      w[j >> 1] = (w[j >> 1] & 0xffff0000u) | b;
+    }
+  }
+
+  // Every element = v (exact for the 1 and 0 used here).
+  __device__ __forceinline__ static Packet fill(float v) {
+    Packet p;
+#pragma unroll
+    for (int j = 0; j < V; j += 2) p.set2(j, v, v);
+    return p;
+  }
+
+  __device__ __forceinline__ void launder() {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) rowwise::launder(w[i]);
+  }
+};
+
+// A family passes its parameters through an adapter A (see norm.cuh, softmax.cuh) with
+//   using T = <storage type>;  T* out(); const T* x(); T* residual(); const T* weight();
+//   const T* bias() (each may be null except out and x); int64_t rows(), cols(), x_stride(),
+//   out_stride(), res_stride() (strides in elements, may be negative).
+// The adapter reads the __grid_constant__ parameter struct in place, so the engines re-read
+// fields from the constant bank where they need them instead of holding ~20 registers of
+// pointers and strides for the whole kernel.
+
+// Decided once per launch, so that every row group of a block takes the same path.
+template <class A>
+__device__ __forceinline__ bool vectorizable(const A& a) {
+  constexpr int V = 16 / sizeof(typename A::T);
+  bool ok = a.cols() % V == 0 && aligned16(a.out(), a.x(), a.residual(), a.weight(), a.bias());
+  if (a.rows() > 1) {
+    ok = ok && a.x_stride() % V == 0 && a.out_stride() % V == 0 && a.res_stride() % V == 0;
+  }
+  return ok;
+}
+
+// One row of a launch: pointers computed where they are used.
+template <class A>
+struct Row {
+  using T = typename A::T;
+  const A& a;
+  int64_t r;
+  __device__ __forceinline__ const T* x() const { return a.x() + r * a.x_stride(); }
+  __device__ __forceinline__ T* residual() const { return a.residual() + r * a.res_stride(); }
+  __device__ __forceinline__ T* out() const { return a.out() + r * a.out_stride(); }
+};
+
+// One chunk of K slots per thread at a given row offset. Which slots are valid is one number,
+// `count`: the valid slots of a thread are a prefix (packets u < count in the vector layout,
+// elements s = u * V + j < count in the scalar one), so a resident row carries one register of
+// bounds. Offsets inside a chunk are 32-bit (K * V * G <= 65536); each call recomputes them from
+// laundered (t, g), so no address is held from one pass to the next.
+template <class T, int K, bool kVec>
+struct Slots {
+  using P = Packet<T>;
+  using Bits = typename P::Bits;
+  static constexpr int V = P::V;
+  static constexpr int kUnits = kVec ? K : K * V;  // slots tested one by one
+  int t, g;
+
+  // Valid slots of thread t among `units` when n elements (maybe <= 0) remain from the chunk's
+  // start: vector slot u holds element (u * g + t) * V, scalar slot s element s * g + t.
+  template <int kCountUnits = kUnits>
+  __device__ __forceinline__ int count(int n) const {
+    const int rem = (kVec ? n / V : n) - t;  // vector layout: n % V == 0
+    int c = 0;
+#pragma unroll
+    for (int s = 0; s < kCountUnits; ++s) c += s * g < rem ? 1 : 0;
+    return c;
+  }
+
+  struct Map {
+    int t, g, count;
+    __device__ __forceinline__ Map(int t_, int g_, int count_)
+        : t(launder(t_)), g(launder(g_)), count(count_) {}
+    __device__ __forceinline__ int off(int u, int j) const {
+      return kVec ? (u * g + t) * V + j : (u * V + j) * g + t;
+    }
+    __device__ __forceinline__ bool ok(int u, int j) const {
+      return (kVec ? u : u * V + j) < count;
+    }
+  };
+
+  // Slot packet u of p into `out` (only the valid elements).
+  template <bool kReadOnly>
+  __device__ __forceinline__ static void load1(const T* p, const Map& m, int u, P& out) {
+    if constexpr (kVec) {
+      if (m.ok(u, 0)) {
+        const uint4* q = reinterpret_cast<const uint4*>(p + m.off(u, 0));
+        const uint4 r = kReadOnly ? __ldg(q) : *q;
+        out.w[0] = r.x, out.w[1] = r.y, out.w[2] = r.z, out.w[3] = r.w;
+      }
+    } else {
+      const Bits* q = reinterpret_cast<const Bits*>(p);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (m.ok(u, j)) out.set_bits(j, kReadOnly ? __ldg(q + m.off(u, j)) : q[m.off(u, j)]);
+      }
+    }
+  }
+
+  template <bool kReadOnly>
+  __device__ __forceinline__ void load(const T* p, int count, P (&buf)[K]) const {
+    const Map m(t, g, count);
+#pragma unroll
+    for (int u = 0; u < K; ++u) load1<kReadOnly>(p, m, u, buf[u]);
+  }
+
+  __device__ __forceinline__ void store(T* p, int count, const P (&buf)[K]) const {
+    const Map m(t, g, count);
+#pragma unroll
+    for (int u = 0; u < K; ++u) {
+      if constexpr (kVec) {
+        if (m.ok(u, 0)) {
+          *reinterpret_cast<uint4*>(p + m.off(u, 0)) =
+              make_uint4(buf[u].w[0], buf[u].w[1], buf[u].w[2], buf[u].w[3]);
+        }
+      } else {
+        Bits* q = reinterpret_cast<Bits*>(p);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          if (m.ok(u, j)) q[m.off(u, j)] = buf[u].bits(j);
+        }
+      }
+    }
+  }
+
+  // buf = round(buf + r): the residual add, rounded to the storage type as vLLM does.
+  __device__ __forceinline__ static void add(P (&buf)[K], const P (&r)[K]) {
+#pragma unroll
+    for (int u = 0; u < K; ++u) {
+#pragma unroll
+      for (int j = 0; j < V; j += 2) {
+        buf[u].set2(j, buf[u].get(j) + r[u].get(j), buf[u].get(j + 1) + r[u].get(j + 1));
+      }
+    }
+  }
+
+  // buf = f(buf, weight, bias) element by element, one rounding; absent weight/bias read as
+  // 1 and 0 (exact, so the ops need no special case). Weight and bias are loaded H packets at a
+  // time, which bounds the registers they take next to a resident row.
+  template <int H = (K < 2 ? K : 2), class F>
+  __device__ __forceinline__ void apply(P (&buf)[K], const T* w, const T* b, int count, F f) const {
+#pragma unroll
+    for (int h = 0; h < K; h += H) {
+      P wp[H], bp[H];
+      const Map m(t, g, count);
+#pragma unroll
+      for (int u = 0; u < H; ++u) {
+        wp[u] = P::fill(1.f);
+        bp[u] = P::fill(0.f);
+        if (w) load1<true>(w, m, h + u, wp[u]);
+        if (b) load1<true>(b, m, h + u, bp[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < H; ++u) {
+#pragma unroll
+        for (int j = 0; j < V; j += 2) {
+          P& x = buf[h + u];
+          x.set2(j, f(x.get(j), wp[u].get(j), bp[u].get(j)),
+                 f(x.get(j + 1), wp[u].get(j + 1), bp[u].get(j + 1)));
+        }
+      }
+    }
+  }
+
+  // f(x, lane) for every valid element, lane = j % kLanes (independent accumulators).
+  template <class F>
+  __device__ __forceinline__ void visit(const P (&buf)[K], int count, F&& f) const {
+    const Map m(t, g, count);
+#pragma unroll
+    for (int u = 0; u < K; ++u) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (m.ok(u, j)) f(buf[u].get(j), j % kLanes);
+      }
+    }
+  }
+};
+
+// The row in registers: N packets per thread, read once, written once.
+template <class A, int N, bool kVec, bool kAdd>
+class RegRow {
+  using T = typename A::T;
+  // Chunks bound how many residual/weight/bias packets are live at once next to the row.
+  static constexpr int C = N < 4 ? N : (N == 8 ? 2 : 4);
+  static constexpr int NC = N / C;
+  using P = Packet<T>;
+  static constexpr int V = P::V;
+  using S = Slots<T, C, kVec>;
+  static constexpr int kChunkUnits = S::kUnits;
+
+ public:
+  __device__ __forceinline__ RegRow(const Row<A>& row, int64_t n, GroupReducer& red)
+      : row_(row), red_(red) {
+    const S s = slots();
+    count_ = s.template count<kChunkUnits * NC>(int(n));
+    const T* x = row_.x();
+    // Every x load is issued before the first use: N packets in flight per thread.
+#pragma unroll
+    for (int c = 0; c < NC; ++c) s.template load<true>(x + c0(s, c), cnt(c), v_[c]);
+    if constexpr (kAdd) {
+      T* res = row_.residual();
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        P r[C];
+        // Coherent loads: this kernel writes the residual back.
+        s.template load<false>(res + c0(s, c), cnt(c), r);
+        S::add(v_[c], r);
+        s.store(res + c0(s, c), cnt(c), v_[c]);
+      }
+    }
+  }
+
+  __device__ __forceinline__ float cols() const { return float(row_.a.cols()); }
+
+  template <class F>
+  __device__ __forceinline__ void for_each(F&& f) {
+    const S s = slots();
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+#pragma unroll
+      for (int u = 0; u < C; ++u) v_[c][u].launder();
+      s.visit(v_[c], cnt(c), f);
+    }
+  }
+
+  template <class Combine, int K>
+  __device__ __forceinline__ void group(float (&v)[K]) {
+    red_.template reduce<Combine>(v);
+  }
+
+  // out = f(x, weight, bias), one rounding.
+  template <class F>
+  __device__ __forceinline__ void store(F f) {
+    const S s = slots();
+    const T* w = row_.a.weight();
+    const T* b = row_.a.bias();
+    T* out = row_.out();
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+#pragma unroll
+      for (int u = 0; u < C; ++u) v_[c][u].launder();
+      const int o = c0(s, c);
+      // N = 8 leaves room for one weight and one bias packet at a time.
+      s.template apply<N == 8 ? 1 : C>(v_[c], w ? w + o : nullptr, b ? b + o : nullptr, cnt(c), f);
+      s.store(out + o, cnt(c), v_[c]);
+    }
+  }
+
+ private:
+  __device__ __forceinline__ S slots() const { return S{int(threadIdx.x), int(blockDim.x)}; }
+  __device__ __forceinline__ static int c0(const S& s, int c) { return c * C * V * s.g; }
+  __device__ __forceinline__ int cnt(int c) const { return count_ - c * kChunkUnits; }
+
+  Row<A> row_;
+  int count_;  // valid slots of this thread over the whole row
+  GroupReducer& red_;
+  P v_[NC][C];
+};
+
+// The row streamed from global memory on every pass, kStreamChunk packets in flight per thread.
+// With kAdd, the first pass writes residual = round(x + residual) and later passes read it back.
+template <class A, int /*N: unused*/, bool kVec, bool kAdd>
+class StreamRow {
+  using T = typename A::T;
+  using P = Packet<T>;
+  static constexpr int V = P::V;
+  // Packets per chunk: kStreamChunk x packets in flight per thread (half that with a residual,
+  // which doubles the loads); the scalar layout keeps 16 (8 with a residual) elements in flight,
+  // each its own load and address.
+  static constexpr int C = (kVec ? kStreamChunk : 16 / V) / (kAdd ? 2 : 1);
+  using S = Slots<T, C, kVec>;
+
+ public:
+  __device__ __forceinline__ StreamRow(const Row<A>& row, int64_t n, GroupReducer& red)
+      : row_(row), n_(n), red_(red) {}
+
+  __device__ __forceinline__ float cols() const { return float(row_.a.cols()); }
+
+  // One streamed pass over the row (the first also writes the residual sum, with kAdd).
+  template <class F>
+  __device__ __forceinline__ void for_each(F&& f) {
+    const S s = slots();
+    for (int64_t c0 = 0; c0 < n_; c0 += step(s)) {
+      P buf[C];
+      const int cnt = s.count(left(s, c0));
+      fetch(s, c0, cnt, buf);
+      s.visit(buf, cnt, f);
+    }
+    first_ = false;
+  }
+
+  template <class Combine, int K>
+  __device__ __forceinline__ void group(float (&v)[K]) {
+    red_.template reduce<Combine>(v);
+  }
+
+  template <class F>
+  __device__ __forceinline__ void store(F f) {
+    const S s = slots();
+    for (int64_t c0 = 0; c0 < n_; c0 += step(s)) {
+      P buf[C];
+      const int cnt = s.count(left(s, c0));
+      fetch(s, c0, cnt, buf);
+      const T* w = row_.a.weight();
+      const T* b = row_.a.bias();
+      s.apply(buf, w ? w + c0 : nullptr, b ? b + c0 : nullptr, cnt, f);
+      s.store(row_.out() + c0, cnt, buf);
+    }
+  }
+
+ private:
+  __device__ __forceinline__ S slots() const { return S{int(threadIdx.x), int(blockDim.x)}; }
+  __device__ __forceinline__ static int64_t step(const S& s) { return int64_t(C) * V * s.g; }
+  // Elements left from c0, capped at one chunk (so it fits an int).
+  __device__ __forceinline__ int left(const S& s, int64_t c0) const {
+    const int64_t r = n_ - c0;
+    return int(r < step(s) ? r : step(s));
+  }
+
+  __device__ __forceinline__ void fetch(const S& s, int64_t c0, int cnt, P (&buf)[C]) {
+    if constexpr (kAdd) {
+      T* res = row_.residual() + c0;
+      if (!first_) {  // the residual now holds round(x + residual), written by this thread
+        s.template load<false>(res, cnt, buf);
+        return;
+      }
+      P r[C];
+      s.template load<true>(row_.x() + c0, cnt, buf);
+      s.template load<false>(res, cnt, r);
+      S::add(buf, r);
+      s.store(res, cnt, buf);
+    } else {
+      s.template load<true>(row_.x() + c0, cnt, buf);
+    }
+  }
+
+  Row<A> row_;
+  int64_t n_;
+  GroupReducer& red_;
+  bool first_ = true;
+};
+
+// sum over the row of f(x), through kLanes accumulators per thread and one group reduction.
+template <class Row, class F>
+__device__ __forceinline__ float row_sum(Row& r, F f) {
+  float acc[kLanes] = {};
+  r.for_each([&](float x, int lane) { acc[lane] += f(x); });
+  float v[1] = {(acc[0] + acc[1]) + (acc[2] + acc[3])};
+  r.template group<Sum<1>>(v);
+  return v[0];
+}
+
+// Grid-stride over rows, blockDim.y rows per block at a time. The loop bound is uniform across
+// the block (rows past the end are padding: n = 0, nothing read or written) so that every thread
+// meets every barrier of the row group reductions.
+template <class Op, template <class, int, bool, bool> class Engine, int N, bool kVec, class A>
+__device__ __forceinline__ void each_row(const A& a, GroupReducer& red, float eps) {
+  using R = Engine<A, N, kVec, Op::kAddResidual>;
+  const Op op;
+  const int64_t rows = a.rows();
+  const int64_t step = int64_t(gridDim.x) * blockDim.y;
+  for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < rows; base += step) {
+    const int64_t row = base + threadIdx.y;
+    const bool active = row < rows;
+    R r(Row<A>{a, active ? row : 0}, active ? a.cols() : 0, red);
+    op(r, eps);
+  }
+}
+
+// Entry of both families: `vecs_per_thread` (from the host's launch heuristic) picks the register
+// engine's N, 0 the multi-pass engine. Rows that cannot take 16-byte accesses use the scalar
+// layout with N = 4 (the host sizes the row group for it) or the multi-pass engine; the capacity
+// check keeps any launch shape correct.
+template <class Op, class A>
+__device__ __forceinline__ void run(const A& a, int vecs_per_thread, float eps) {
+  __shared__ GroupReducer::Buffer smem;
+  GroupReducer red(smem);
+  constexpr int V = 16 / sizeof(typename A::T);
+  const int64_t per_packet = int64_t(V) * blockDim.x;
+  if (vectorizable(a)) {
+    switch (int64_t(vecs_per_thread) * per_packet >= a.cols() ? vecs_per_thread : 0) {
+      case 1:
+        return each_row<Op, RegRow, 1, true>(a, red, eps);
+      case 2:
+        return each_row<Op, RegRow, 2, true>(a, red, eps);
+      case 4:
+        return each_row<Op, RegRow, 4, true>(a, red, eps);
+      case 8:
+        // With a residual, 8 resident packets leave too few registers for the residual's loads
+        // and stores (spills); those rows (> 16 K f32 / 32 K 16-bit elements) take two passes.
+        if constexpr (Op::kAddResidual) {
+          return each_row<Op, StreamRow, 0, true>(a, red, eps);
+        } else {
+          return each_row<Op, RegRow, 8, true>(a, red, eps);
+        }
+      default:
+        return each_row<Op, StreamRow, 0, true>(a, red, eps);
+    }
+  }
+  return each_row<Op, StreamRow, 0, false>(a, red, eps);
+}
+
+}  // namespace rowwise
+}  // namespace ak
