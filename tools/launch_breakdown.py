@@ -40,8 +40,7 @@ def host_costs() -> None:
     for _ in range(2):  # the first call also creates the torch adapter; the second caches
         ak.relu(x, out=y)
         ak.relu(x)
-    key = ("ak_relu_", x.dtype, x.shape, x.stride(), 0, y.dtype, y.shape, y.stride(), 0)
-    plan = _common._PLANS[key][0]
+    plan = next(e.plan for k, e in _common._PLANS.items() if k[0] == "ak_relu_" and len(k) > 7)
     xp, yp = x.data_ptr(), y.data_ptr()
     fam = loader.family_on("activation", 0)
     cu = device.cuda_driver()

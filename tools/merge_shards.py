@@ -6,6 +6,12 @@ machines). Everything but aotkernels/kernels/ must be byte-identical across shar
 family's fatbin entries are gathered from every shard, put in nvcc's order (as one full build
 would write them) and checked: the same image from two shards must be the same bytes.
 
+The merged wheel keeps the shards' zip entry order and entry attributes, its manifest is the
+one a single build would write (``archs`` null) and RECORD is rewritten in entry order, so a
+merge of reproducible shards is byte-identical to a one-machine build of the same commit.
+By default every target the shards left out (``not in AOTKERNELS_ARCHS``) must have been built
+by another shard; ``--allow-partial`` merges anyway.
+
 Usage: merge_shards.py --out DIR SHARD.whl [SHARD.whl ...]
 """
 
@@ -15,7 +21,6 @@ import argparse
 import base64
 import hashlib
 import json
-import os
 import sys
 import zipfile
 from pathlib import Path
@@ -34,6 +39,10 @@ from aotkernels.manifest import image_record
 from aotkernels.plan import image_order
 
 KERNELS = "aotkernels/kernels/"
+MANIFEST = KERNELS + "manifest.json"
+NOT_IN_ARCHS = "not in AOTKERNELS_ARCHS"
+# Per-family manifest fields that come from the sources, not from the shard's targets.
+_SAME_FIELDS = ("file", "entries", "params", "param_format", "param_bytes")
 
 
 class MergeError(ValueError):
@@ -45,80 +54,138 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def _read(path: Path) -> dict[str, bytes]:
-    with zipfile.ZipFile(path) as zf:
-        return {n: zf.read(n) for n in zf.namelist()}
+class Shard:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        with zipfile.ZipFile(path) as zf:
+            self.infos = {i.filename: i for i in zf.infolist()}
+            self.files = {n: zf.read(n) for n in self.infos}
+        try:
+            self.manifest: dict[str, Any] = json.loads(self.files[MANIFEST])
+        except KeyError:
+            raise MergeError(f"{path}: no {MANIFEST}") from None
+        records = [n for n in self.files if n.endswith(".dist-info/RECORD")]
+        if len(records) != 1:
+            raise MergeError(f"{path}: expected one .dist-info/RECORD, found {records}")
+        self.record = records[0]
 
 
-def merge(shards: list[Path]) -> tuple[str, dict[str, bytes]]:
-    """The merged wheel's file name and contents."""
-    if not shards:
+def _entry_order(shards: list[Shard], names: set[str]) -> list[str]:
+    """The first shard's entry order; a name only later shards have goes after its predecessor
+    in that shard (a family only one shard built lands where a full build would put it)."""
+    order = list(shards[0].infos)
+    for shard in shards[1:]:
+        prev: str | None = None
+        for name in shard.infos:
+            if name not in order:
+                order.insert(order.index(prev) + 1 if prev is not None else 0, name)
+            prev = name
+    return [n for n in order if n in names]
+
+
+def merge(paths: list[Path], *, allow_partial: bool = False) -> tuple[str, dict[str, bytes]]:
+    """The merged wheel's file name and contents (in zip entry order)."""
+    name, files, _ = _merge(paths, allow_partial=allow_partial)
+    return name, files
+
+
+def _merge(
+    paths: list[Path], *, allow_partial: bool
+) -> tuple[str, dict[str, bytes], dict[str, zipfile.ZipInfo]]:
+    if not paths:
         raise MergeError("no shard wheels given")
-    names = {p.name for p in shards}
+    names = {p.name for p in paths}
     if len(names) != 1:
         raise MergeError(f"shards must be the same wheel (name and tags), got {sorted(names)}")
-    contents = [_read(p) for p in shards]
-    record = next(n for n in contents[0] if n.endswith(".dist-info/RECORD"))
+    shards = [Shard(p) for p in paths]
+    record = shards[0].record
 
-    def fixed(files: dict[str, bytes]) -> dict[str, bytes]:
-        return {n: d for n, d in files.items() if not n.startswith(KERNELS) and n != record}
+    def fixed(s: Shard) -> dict[str, bytes]:
+        return {n: d for n, d in s.files.items() if not n.startswith(KERNELS) and n != record}
 
-    base = fixed(contents[0])
-    for path, files in zip(shards[1:], contents[1:], strict=True):
-        other = fixed(files)
+    base = fixed(shards[0])
+    for s in shards[1:]:
+        other = fixed(s)
         diff = sorted(n for n in set(base) | set(other) if base.get(n) != other.get(n))
         if diff:
-            raise MergeError(f"{path}: differs from {shards[0]} outside the kernels: {diff[:5]}")
-    manifests = [json.loads(f[KERNELS + "manifest.json"]) for f in contents]
-    for key in ("package_version", "toolkit_full", "driver_floor"):
-        if len({m[key] for m in manifests}) != 1:
-            raise MergeError(f"shards disagree on {key}: {[m[key] for m in manifests]}")
+            raise MergeError(f"{s.path}: differs from {paths[0]} outside the kernels: {diff[:5]}")
+    manifests = [s.manifest for s in shards]
+    for key in ("format", "package_version", "toolkit_full", "driver_floor", "families_filter"):
+        if len({json.dumps(m.get(key)) for m in manifests}) != 1:
+            raise MergeError(f"shards disagree on {key}: {[m.get(key) for m in manifests]}")
     matrix = parse_matrix(tomllib.loads(base["aotkernels/arch_matrix.toml"].decode()))
 
     merged_manifest: dict[str, Any] = dict(manifests[0])
-    merged_manifest["archs"] = None
-    merged_manifest["shards"] = [m.get("archs") for m in manifests]
+    merged_manifest["archs"] = None  # what a build of the whole matrix records
     merged_manifest["families"] = {}
     out = dict(base)
     family_names = sorted({f for m in manifests for f in m["families"]})
+    holes: list[str] = []
     for fam in family_names:
+        if fam not in matrix.families:
+            raise MergeError(f"family {fam!r} is not in the shards' arch_matrix.toml")
         family = matrix.families[fam]
-        order = image_order([matrix.targets[t] for t in family.targets], list(family.ptx))
+        nvcc_order = image_order([matrix.targets[t] for t in family.targets], list(family.ptx))
         entries: dict[tuple[str, int, str], bytes] = {}
-        for path, files, man in zip(shards, contents, manifests, strict=True):
-            if fam not in man["families"]:
-                continue
-            data = files[KERNELS + man["families"][fam]["file"]]
+        per_shard = [
+            (s, s.manifest["families"][fam]) for s in shards if fam in s.manifest["families"]
+        ]
+        first = per_shard[0][1]
+        for s, fm in per_shard:
+            for key in _SAME_FIELDS:
+                if fm[key] != first[key]:
+                    raise MergeError(
+                        f"{s.path}: {fam}: manifest {key} differs from another shard's"
+                    )
+            try:
+                data = s.files[KERNELS + fm["file"]]
+            except KeyError:
+                raise MergeError(f"{s.path}: {fam}: {fm['file']} missing") from None
+            if hashlib.sha256(data).hexdigest() != fm["sha256"]:
+                raise MergeError(f"{s.path}: {fam}: {fm['file']} does not match its manifest")
             for img in read_fatbin(data):
                 ident = (img.kind, img.arch, img.variant)
                 blob = entry_bytes(data, img)
                 if ident in entries and entries[ident] != blob:
                     raise MergeError(
-                        f"{path}: {fam} image {img.target} differs from another "
+                        f"{s.path}: {fam} image {img.target} differs from another "
                         "shard's (built from other sources or flags?)"
                     )
                 entries[ident] = blob
-        unknown = sorted(set(entries) - set(order))
+        unknown = sorted(set(entries) - set(nvcc_order))
         if unknown:
             raise MergeError(f"{fam}: images {unknown} are not in the matrix")
-        fatbin = pack_fatbin(entries[k] for k in order if k in entries)
-        first = next(m["families"][fam] for m in manifests if fam in m["families"])
+        fatbin = pack_fatbin(entries[k] for k in nvcc_order if k in entries)
         built = {k[0] + str(k[1]) + k[2] for k in entries}
+        skipped = [s for s in first["skipped"] if not _covered(s[0], built)]
+        holes += [f"{fam}:{t}" for t, why in skipped if why == NOT_IN_ARCHS]
         fam_manifest = dict(first)
         fam_manifest.update(
             bytes=len(fatbin),
             sha256=hashlib.sha256(fatbin).hexdigest(),
             images=[image_record(i) for i in read_fatbin(fatbin)],
-            skipped=[s for s in first["skipped"] if not _covered(s[0], built)],
+            skipped=skipped,
         )
         merged_manifest["families"][fam] = fam_manifest
         out[KERNELS + first["file"]] = fatbin
-    out[KERNELS + "manifest.json"] = (
-        json.dumps(merged_manifest, indent=1, sort_keys=True) + "\n"
-    ).encode()
-    lines = [_record_line(n, d) for n, d in sorted(out.items())] + [f"{record},,"]
+    if holes and not allow_partial:
+        raise MergeError(
+            f"no shard built {', '.join(holes)} (pass --allow-partial to merge anyway)"
+        )
+    extra = sorted(
+        n
+        for s in shards
+        for n in s.files
+        if n.startswith(KERNELS) and n not in out and n != MANIFEST
+    )
+    if extra:
+        raise MergeError(f"unexpected files under {KERNELS}: {extra}")
+    out[MANIFEST] = (json.dumps(merged_manifest, indent=1, sort_keys=True) + "\n").encode()
+    order = _entry_order(shards, set(out) | {record})
+    infos = {n: next(s.infos[n] for s in shards if n in s.infos) for n in order}
+    lines = [_record_line(n, out[n]) for n in order if n != record] + [f"{record},,"]
     out[record] = ("\n".join(lines) + "\n").encode()
-    return shards[0].name, out
+    return paths[0].name, {n: out[n] for n in order}, infos
 
 
 def _covered(target: str, built: set[str]) -> bool:
@@ -128,32 +195,38 @@ def _covered(target: str, built: set[str]) -> bool:
     return "cubin" + target.removeprefix("sm_") in built
 
 
-def write_wheel(path: Path, files: dict[str, bytes]) -> None:
-    """Write a wheel with sorted entries and fixed timestamps (SOURCE_DATE_EPOCH or 1980)."""
-    epoch = int(os.environ.get("SOURCE_DATE_EPOCH", "315532800"))
-    import time
-
-    stamp = time.gmtime(max(epoch, 315532800))[:6]
+def write_wheel(path: Path, files: dict[str, bytes], infos: dict[str, zipfile.ZipInfo]) -> None:
+    """Write ``files`` in the given order, each with its shard's entry attributes (timestamp,
+    permissions, compression), so reproducible shards give a reproducible merge."""
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name in sorted(files, key=lambda n: (n.endswith("RECORD"), n)):
-            info = zipfile.ZipInfo(name, date_time=stamp)
-            info.external_attr = (0o755 if name.endswith(".so") else 0o644) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            zf.writestr(info, files[name])
+        for name, data in files.items():
+            src = infos[name]
+            info = zipfile.ZipInfo(name, date_time=src.date_time)
+            info.external_attr = src.external_attr
+            info.compress_type = src.compress_type
+            info.create_system = src.create_system
+            zf.writestr(info, data)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="folder for the merged wheel")
+    ap.add_argument(
+        "--allow-partial", action="store_true", help="merge even with targets no shard built"
+    )
     ap.add_argument("shards", type=Path, nargs="+")
     args = ap.parse_args(argv)
     try:
-        name, files = merge(args.shards)
-    except (MergeError, OSError, KeyError, ValueError) as e:
+        name, files, infos = _merge(args.shards, allow_partial=args.allow_partial)
+    except (MergeError, OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
         print(f"merge_shards: error: {e}", file=sys.stderr)
         return 1
     args.out.mkdir(parents=True, exist_ok=True)
-    write_wheel(args.out / name, files)
+    write_wheel(args.out / name, files, infos)
+    man = json.loads(files[MANIFEST])
+    for fam, fm in man["families"].items():
+        imgs = " ".join(i["target"] for i in fm["images"])
+        print(f"merge_shards: {fam}.fatbin {fm['bytes']:,} B: {imgs}")
     print(f"merge_shards: {args.out / name} from {len(args.shards)} shards")
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from . import device as _device
@@ -10,7 +11,43 @@ from . import loader
 from .errors import AotKernelsError
 from .select import choose_image, format_version
 
-__all__ = ["parse_cc", "report"]
+__all__ = ["distribution", "min_driver", "parse_cc", "report"]
+
+# Oldest Linux driver of each CUDA major (CUDA release notes, minor-version compatibility):
+# a wheel whose manifest says driver_floor "13.0" needs R580, "12.0" R525.
+_MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
+
+
+def distribution() -> str:
+    """The installed distribution that owns this package (``aotkernels-cu13``), found with
+    importlib.metadata; ``aotkernels (source)`` when the package is not from an install (a
+    source checkout on ``sys.path``, or an editable install)."""
+    from importlib import metadata
+
+    here = Path(__file__).resolve().parent
+    try:
+        names = metadata.packages_distributions().get(__package__ or "aotkernels", [])
+    except Exception:  # a broken dist-info elsewhere must not break the doctor
+        names = []
+    for name in dict.fromkeys(names):
+        try:
+            dist = metadata.distribution(name)
+            init = Path(str(dist.locate_file(f"{__package__}/__init__.py"))).resolve()
+        except (metadata.PackageNotFoundError, OSError):
+            continue
+        if init.parent == here:
+            return str(dist.metadata["Name"])
+    return "aotkernels (source)"
+
+
+def min_driver(floor: str) -> str | None:
+    """``"13.0"`` -> ``"580.65.06"``: the oldest NVIDIA driver serving that CUDA version."""
+    return _MIN_DRIVER.get(int(floor.split(".")[0]))
+
+
+def _version(text: str) -> tuple[int, int]:
+    major, minor = (int(v) for v in str(text).split(".")[:2])
+    return major, minor
 
 
 def parse_cc(text: str) -> tuple[int, int]:
@@ -25,6 +62,7 @@ def parse_cc(text: str) -> tuple[int, int]:
 def _families(cc: tuple[int, int], driver: tuple[int, int], label: str) -> dict[str, Any]:
     man = loader.manifest()
     targets = loader._matrix_targets()
+    floor = _version(man["driver_floor"])
     out: dict[str, Any] = {}
     for name, fam in man["families"].items():
         try:
@@ -40,7 +78,29 @@ def _families(cc: tuple[int, int], driver: tuple[int, int], label: str) -> dict[
             out[name] = {"image": c.target, "kind": c.image["kind"], "reason": c.reason}
         except AotKernelsError as e:
             out[name] = {"image": None, "kind": None, "reason": str(e), "error": type(e).__name__}
+        if driver < floor:  # as the loader does: below the floor nothing of this build loads
+            would = out[name]
+            if would["image"] is not None:
+                would = f"with such a driver it would run {would['image']}: {would['reason']}"
+            else:
+                would = would["reason"]
+            out[name] = {
+                "image": None,
+                "kind": None,
+                "reason": f"{_too_old(man, driver)}; {would}",
+                "error": "DriverTooOldError",
+            }
     return out
+
+
+def _too_old(man: dict[str, Any], driver: tuple[int, int]) -> str:
+    need = min_driver(man["driver_floor"])
+    return (
+        f"this aotkernels build (CUDA {man['toolkit']}) needs a driver supporting CUDA >= "
+        f"{man['driver_floor']}"
+        + (f" (NVIDIA driver >= {need})" if need else "")
+        + f"; the driver supports CUDA {format_version(driver)}"
+    )
 
 
 def report(arch: str | None = None, driver: str | None = None) -> dict[str, Any]:
@@ -48,9 +108,11 @@ def report(arch: str | None = None, driver: str | None = None) -> dict[str, Any]
     man = loader.manifest()
     rep: dict[str, Any] = {
         "package": {
+            "distribution": distribution(),
             "version": man["package_version"],
             "toolkit": man["toolkit"],
             "driver_floor": man["driver_floor"],
+            "min_driver": min_driver(man["driver_floor"]),
             "archs": man.get("archs"),
         },
         "driver": None,
@@ -60,6 +122,8 @@ def report(arch: str | None = None, driver: str | None = None) -> dict[str, Any]
     try:
         real_driver = _device.driver_version()
         rep["driver"] = format_version(real_driver)
+        if real_driver < _version(man["driver_floor"]):
+            rep["driver_too_old"] = _too_old(man, real_driver)
     except AotKernelsError as e:
         rep["driver_error"] = str(e)
     if driver is not None:

@@ -111,6 +111,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             check,
         )
     con.print(t)
+    t = _table("targets (all families)", "target", "images", "bytes", "share")
+    total = data["total_bytes"] or 1
+    for target, nbytes in data["targets"].items():
+        n = sum(1 for f in data["families"].values() for i in f["images"] if i["target"] == target)
+        t.add_row(target, str(n), f"{nbytes:,}", f"{100 * nbytes / total:.1f}%")
+    con.print(t)
     con.print(f"total fatbin bytes: {data['total_bytes']:,}")
     return 1 if bad else 0
 
@@ -129,15 +135,20 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         return 0
     con = _console()
     p = rep["package"]
+    need = f", NVIDIA driver >= {p['min_driver']}" if p.get("min_driver") else ""
     con.print(
-        f"aotkernels {p['version']} built with CUDA {p['toolkit']} "
-        f"(needs a driver for CUDA >= {p['driver_floor']})"
+        f"{p['distribution']} {p['version']} built with CUDA {p['toolkit']} "
+        f"(needs a driver for CUDA >= {p['driver_floor']}{need})",
+        highlight=False,
     )
     con.print(
         f"driver: CUDA {rep['driver']}"
         if rep["driver"]
-        else f"driver: none ({rep.get('driver_error', 'not found')})"
+        else f"driver: none ({rep.get('driver_error', 'not found')})",
+        highlight=False,
     )
+    if "driver_too_old" in rep:
+        con.print(f"[red]driver too old:[/red] {rep['driver_too_old']}", highlight=False)
     if "simulated" in rep:
         s = rep["simulated"]
         con.print(f"simulating compute capability {s['cc']} under a CUDA {s['driver']} driver")

@@ -76,8 +76,19 @@ def _from_files(
         "source": source,
         "manifest": meta,
         "families": families,
+        "targets": _bytes_per_target(families),
         "total_bytes": sum(f["bytes"] for f in families.values()),
     }
+
+
+def _bytes_per_target(families: dict[str, Any]) -> dict[str, int]:
+    """Stored bytes of each target's images summed over families (what one target costs the
+    wheel), in first-seen order: ``{"compute_75": 49536, "sm_75": 53848, ...}``."""
+    out: dict[str, int] = {}
+    for fam in families.values():
+        for img in fam["images"]:
+            out[img["target"]] = out.get(img["target"], 0) + int(img["bytes"])
+    return out
 
 
 def _from_wheel(path: Path) -> dict[str, Any]:

@@ -25,6 +25,9 @@ from ..arrays import (
 
 __all__ = [
     "Call",
+    "PlanEntry",
+    "byte_span",
+    "check_disjoint",
     "check_dtype",
     "check_rows_disjoint",
     "finish",
@@ -37,6 +40,7 @@ __all__ = [
     "remember",
     "rows_view",
     "torch_fast",
+    "torch_fast1",
 ]
 
 
@@ -310,6 +314,43 @@ def _overlaps(entry: PlanEntry, ptrs: list[int]) -> bool:
             if not same:
                 return True
     return False
+
+
+def torch_fast1(kernel: str, out: Any, x: Any, stream: Any, extra: Any = None) -> tuple[Any, Any]:
+    """``torch_fast`` for ops with one input (x) and one output: the per-call host cost of the
+    elementwise ops is mostly here, so the general loop is unrolled by hand."""
+    if type(x) not in TORCH_TYPES:
+        return None, None
+    xp = x.data_ptr()
+    dev = x.get_device()
+    if out is None:
+        key: Any = (kernel, extra, x.dtype, x.shape, x.stride(), dev, xp & 15 == 0)
+    elif type(out) in TORCH_TYPES:
+        op_ = out.data_ptr()
+        key = (kernel, extra, x.dtype, x.shape, x.stride(), dev, out.dtype, out.shape,
+               out.stride(), out.get_device(), (xp | op_) & 15 == 0)  # fmt: skip
+    else:
+        return None, None
+    try:
+        hit = _PLANS.get(key)
+    except TypeError:  # an unhashable scalar argument: let the slow path judge it
+        return None, None
+    if hit is None:
+        return None, key
+    if out is None:
+        res = _arrays.torch_empty_like(x) if hit.out_shape is None else x.new_empty(hit.out_shape)
+        op_ = res.data_ptr()
+    else:
+        ext = hit.extents
+        assert ext is not None
+        if (op_ == xp and not hit.inplace_ok) or (
+            op_ != xp and op_ < xp + ext[1] and xp < op_ + ext[0]
+        ):
+            return None, key  # overlapping out: the slow path names it
+        res = out
+    s = _arrays.torch_stream(dev) if stream is None else stream_handle(stream)
+    hit.plan(s, op_, xp)  # failures raise AotKernelsError from _core
+    return res, None
 
 
 def torch_fast(

@@ -19,7 +19,7 @@ from ._common import (
     prepare,
     remember,
     rows_view,
-    torch_fast,
+    torch_fast1,
 )
 from ._elementwise import elementwise_config
 
@@ -32,7 +32,7 @@ _UNROLL = 2  # kUnroll in kernels/gated/gated.cuh
 
 def _gated(op: str, kernel: str, x: Any, out: Any, stream: Any) -> Any:
     symbol = f"ak_{kernel}_"
-    res, key = torch_fast(symbol, out, (x,), stream)
+    res, key = torch_fast1(symbol, out, x, stream)
     if res is not None:
         return res
     call = prepare(op, x, stream)

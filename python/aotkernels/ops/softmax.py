@@ -21,7 +21,7 @@ from ._common import (
     output,
     prepare,
     remember,
-    torch_fast,
+    torch_fast1,
 )
 from ._rowwise import row_layout, rowwise_config, vectorizable
 
@@ -73,7 +73,7 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None, stream: Any = None) -> An
     The probabilities (``out`` when given), in x's dtype and framework.
     """
     op = "softmax"
-    res, key = torch_fast("ak_softmax_", out, (x,), stream, dim)
+    res, key = torch_fast1("ak_softmax_", out, x, stream, dim)
     if res is not None:
         return res
     call = prepare(op, x, stream)
