@@ -161,7 +161,7 @@ def bench_elementwise(args: argparse.Namespace) -> list[dict[str, Any]]:
     torch = _torch()
     sizes = {"small": (64, 1024), "medium": (4096, 4096), "large": (16384, 8192)}
     cases = _elementwise_cases(torch)
-    ops = args.ops.split(",") if args.ops else list(cases)
+    ops = [o for o in args.ops.split(",") if o in cases] if args.ops else list(cases)
     rows: list[dict[str, Any]] = []
     for dtype_name in args.dtypes.split(","):
         dtype = getattr(torch, {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[dtype_name])
@@ -244,7 +244,7 @@ def bench_norm(args: argparse.Namespace) -> list[dict[str, Any]]:
     shapes = [(16384, 1024), (16384, 4096), (16384, 8192), (1, 4096), (32, 4096), (256, 4096),
               (1, 8192), (32, 8192), (256, 8192)]  # fmt: skip
     cases = _norm_cases(torch)
-    ops = args.ops.split(",") if args.ops else list(cases)
+    ops = [o for o in args.ops.split(",") if o in cases] if args.ops else list(cases)
     rows: list[dict[str, Any]] = []
     for dtype_name in args.dtypes.split(","):
         dtype = getattr(torch, {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[dtype_name])
@@ -336,6 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile anchor")
     args = ap.parse_args(argv)
     torch = _torch()
+    if args.ops:  # each suite runs the ops it knows; a name no suite knows is a typo
+        known = {*_elementwise_cases(torch), *_norm_cases(torch)}
+        unknown = sorted(set(args.ops.split(",")) - known)
+        if unknown:
+            ap.error(f"--ops: unknown {unknown} (known: {sorted(known)})")
     results: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     if args.what in ("launch", "all"):
         results["launch"] = bench_launch(args)
