@@ -115,8 +115,14 @@ def _install_13(prefix: Path, python: str) -> None:
 
 def _fetch(url: str) -> bytes:
     _log(f"downloading {url}")
-    with urllib.request.urlopen(url, timeout=600) as r:
-        data: bytes = r.read()
+    try:
+        with urllib.request.urlopen(url, timeout=600) as r:
+            data: bytes = r.read()
+    except OSError as e:  # URLError, timeouts, refused connections
+        raise SystemExit(
+            f"cuda_toolchain: cannot download {url}: {e} (no route to NVIDIA's redist? "
+            f"point {REDIST_ENV} at a mirror of it)"
+        ) from None
     return data
 
 

@@ -172,6 +172,8 @@ def _merge(
         raise MergeError(
             f"no shard built {', '.join(holes)} (pass --allow-partial to merge anyway)"
         )
+    for s in shards:  # directory entries (auditwheel writes them) are kept as they are
+        out.update({n: b"" for n in s.files if n.endswith("/") and n.startswith(KERNELS)})
     extra = sorted(
         n
         for s in shards
@@ -183,9 +185,20 @@ def _merge(
     out[MANIFEST] = (json.dumps(merged_manifest, indent=1, sort_keys=True) + "\n").encode()
     order = _entry_order(shards, set(out) | {record})
     infos = {n: next(s.infos[n] for s in shards if n in s.infos) for n in order}
-    lines = [_record_line(n, out[n]) for n in order if n != record] + [f"{record},,"]
-    out[record] = ("\n".join(lines) + "\n").encode()
+    out[record] = _record(shards[0], record, order, out)
     return paths[0].name, {n: out[n] for n in order}, infos
+
+
+def _record(first: Shard, record: str, order: list[str], files: dict[str, bytes]) -> bytes:
+    """RECORD with fresh hashes, in the first shard's line order and line ends (backends and
+    auditwheel each have their own); files it lacks follow in entry order, RECORD's line last."""
+    text = first.files[record].decode()
+    eol = "\r\n" if "\r\n" in text else "\n"  # auditwheel writes csv's \r\n
+    listed = [line.split(",")[0] for line in text.splitlines() if line]
+    names = [n for n in listed if n in files and n != record]
+    names += [n for n in order if n not in names and n != record and not n.endswith("/")]
+    lines = [_record_line(n, files[n]) for n in names] + [f"{record},,"]
+    return (eol.join(lines) + eol).encode()
 
 
 def _covered(target: str, built: set[str]) -> bool:
