@@ -1,4 +1,4 @@
-"""Small shapes of every activation/gated op with no framework but aotkernels itself, for
+"""Small shapes of every op of every family with no framework but aotkernels itself, for
 compute-sanitizer (memcheck, racecheck, initcheck, synccheck). Inputs are copied from the host
 into device buffers and passed as DLPack views, misaligned and row-strided ones too.
 """
@@ -28,5 +28,22 @@ for rows, d in ((3, 46), (5, 111), (2, 1792)):
         for off in (0, 1):
             x = view(src + 4 * off, (rows, 2 * d), (2 * d + 4, 1))
             op(x, out=view(dst + 4 * off, (rows, d)))
+# norm and softmax: register-resident rows (46, 111, 1024), the scalar layout (odd hidden,
+# misaligned rows) and the multi-pass path (100003), strided rows.
+for rows, h in ((3, 46), (2, 111), (4, 1024), (2, 100003)):
+    pitch = h + 5
+    src = device_copy(rng.standard_normal(rows * pitch + 1).astype(np.float32))
+    res = device_copy(rng.standard_normal(rows * pitch + 1).astype(np.float32))
+    dst = device_copy(np.zeros(rows * h + 1, np.float32))
+    w = device_copy(rng.standard_normal(h).astype(np.float32))
+    b = device_copy(rng.standard_normal(h).astype(np.float32))
+    for off in (0, 1):
+        x = view(src + 4 * off, (rows, h), (pitch, 1))
+        out = view(dst + 4 * off, (rows, h))
+        ak.rms_norm(x, view(w, (h,)), out=out)
+        ak.layer_norm(x, view(w, (h,)), view(b, (h,)), out=out)
+        ak.layer_norm(x, out=out)
+        ak.softmax(x, out=out)
+        ak.fused_add_rms_norm(x, view(res + 4 * off, (rows, h), (pitch, 1)), view(w, (h,)))
 to_host(dst, 4)  # synchronises and checks the context is healthy
 print("SANITIZE_CASE_OK")
