@@ -21,6 +21,10 @@ echo "wheel build: $(( $(date +%s) - start )) s" | tee "$OUT/user_path.txt"
 ls -l /tmp/ak-wheels | tee -a "$OUT/user_path.txt"
 $PY tools/set_variant.py --check /tmp/ak-wheels/*.whl 2>&1 | tee -a "$OUT/user_path.txt"
 $PY -m venv --system-site-packages /tmp/ak-venv
+# Where $PY is itself a venv (as on these machines), --system-site-packages reaches only the base
+# interpreter: add $PY's site-packages (torch, CuPy, JAX, pytest) after the venv's own.
+$PY -c "import site; print(site.getsitepackages()[0])" \
+  > "$(/tmp/ak-venv/bin/python -c 'import site; print(site.getsitepackages()[0])')/parent.pth"
 /tmp/ak-venv/bin/python -m pip install -q --no-deps --no-index /tmp/ak-wheels/*.whl
 mkdir -p /tmp/ak-elsewhere && cd /tmp/ak-elsewhere
 /tmp/ak-venv/bin/python -c "import aotkernels; print('imported from', aotkernels.__file__)" \
