@@ -113,7 +113,8 @@ def test_matches_reference(op: str, dtype: str, shape: tuple[int, ...]) -> None:
     assert type(y) is torch.Tensor and y.shape == x.shape and y.dtype == x.dtype
     ref = activation_ref(op, x)
     torch.testing.assert_close(y.float(), ref, **tol(y.dtype), check_dtype=False)
-    assert (y.float().norm() > 0) == (ref.norm() > 0)
+    if ref.abs().max() > 1e-3:  # outputs that must be visibly non-zero (never all unwritten)
+        assert y.float().norm() > 0
 
 
 @pytest.mark.gpu

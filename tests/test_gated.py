@@ -56,7 +56,8 @@ def test_matches_reference(op: str, dtype: str, shape: tuple[int, ...]) -> None:
     assert y.shape == (*shape[:-1], shape[-1] // 2) and y.dtype == x.dtype
     ref = gated_ref(op, x)
     torch.testing.assert_close(y.float(), ref, **tol(x.dtype))
-    assert (y.float().norm() > 0) == (ref.norm() > 0)
+    if ref.abs().max() > 1e-3:  # outputs that must be visibly non-zero (never all unwritten)
+        assert y.float().norm() > 0
 
 
 @pytest.mark.gpu
