@@ -32,7 +32,6 @@ __all__ = [
     "check_rows_disjoint",
     "finish",
     "joint_rows_view",
-    "launch",
     "make_plan",
     "operand",
     "output",
@@ -249,19 +248,6 @@ def make_plan(
         fam.params.pack(*params),
         fam.ptr_offsets,
     )
-
-
-def launch(
-    family: str,
-    symbol: str,
-    device: int,
-    grid: tuple[int, int],
-    block: tuple[int, int],
-    stream: int,
-    *params: Any,
-) -> None:
-    """A one-off launch: ``params`` in struct order, pointers included."""
-    make_plan(family, symbol, device, grid, block, *params)(stream)
 
 
 def _extent(info: ArrayInfo | None) -> int:

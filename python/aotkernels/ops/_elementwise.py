@@ -15,6 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
+
+from .. import device as _device
+from ..arrays import ITEMSIZE, ArrayInfo
+from ._common import make_plan, remember
 
 THREADS = 256
 BLOCKS_PER_SM = 128
@@ -44,3 +49,26 @@ def elementwise_config(
         gx = max(1, cap // gy)
         gy = min(gy, max(1, cap // gx))
     return ElementwiseConfig((gx, gy), (bx, by))
+
+
+def launch_rows(
+    family: str,
+    symbol: str,
+    stream: int,
+    out: ArrayInfo,
+    x: ArrayInfo,
+    rows: int,
+    cols: int,
+    strides: tuple[int, int],
+    unroll: int,
+    key: Any,
+    allocated: bool,
+) -> None:
+    """Configure, launch and remember (for the torch fast path) one row-wise elementwise op
+    whose kernel takes ``(out, x, rows, cols, x_row_stride, out_row_stride)``."""
+    sms = _device.device_info(x.device).sm_count
+    cfg = elementwise_config(rows, cols, ITEMSIZE[x.dtype], sms, unroll)
+    plan = make_plan(family, symbol, x.device, cfg.grid, cfg.block, out.ptr, x.ptr, rows, cols,
+                     *strides)  # fmt: skip
+    plan(stream, out.ptr, x.ptr)
+    remember(key, plan, (out, x), allocated=allocated)

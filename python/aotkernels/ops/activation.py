@@ -8,20 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import device as _device
-from ..arrays import ITEMSIZE
 from ._common import (
     check_dtype,
     finish,
     joint_rows_view,
-    make_plan,
     output,
     prepare,
-    remember,
     rows_view,
     torch_fast1,
 )
-from ._elementwise import elementwise_config
+from ._elementwise import launch_rows
 
 __all__ = ["gelu", "relu", "sigmoid", "silu"]
 
@@ -42,12 +38,8 @@ def _unary(op: str, kernel: str, x: Any, out: Any, stream: Any) -> Any:
     res, oi = output(op, call, out, xi.shape, xi.dtype)
     rows, cols, x_rs, o_rs = joint_rows_view(op, xi, x_split, oi)
     if rows * cols:
-        sms = _device.device_info(xi.device).sm_count
-        cfg = elementwise_config(rows, cols, ITEMSIZE[xi.dtype], sms, _UNROLL)
-        plan = make_plan(FAMILY, symbol + xi.dtype, xi.device, cfg.grid, cfg.block,
-                         oi.ptr, xi.ptr, rows, cols, x_rs, o_rs)  # fmt: skip
-        plan(call.stream, oi.ptr, xi.ptr)
-        remember(key, plan, (oi, xi), allocated=out is None)
+        launch_rows(FAMILY, symbol + xi.dtype, call.stream, oi, xi, rows, cols, (x_rs, o_rs),
+                    _UNROLL, key, out is None)  # fmt: skip
     return finish(call, res, out is None)
 
 

@@ -8,20 +8,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .. import device as _device
-from ..arrays import ITEMSIZE
 from ._common import (
     check_dtype,
     check_rows_disjoint,
     finish,
-    make_plan,
     output,
     prepare,
-    remember,
     rows_view,
     torch_fast1,
 )
-from ._elementwise import elementwise_config
+from ._elementwise import launch_rows
 
 __all__ = ["gelu_and_mul", "silu_and_mul"]
 
@@ -52,12 +48,8 @@ def _gated(op: str, kernel: str, x: Any, out: Any, stream: Any) -> Any:
         x_rs = x_rs if x_rows == rows else 2 * d
         o_rs = o_rs if o_rows == rows else d
         check_rows_disjoint(op, "out", rows, d, o_rs)
-        sms = _device.device_info(xi.device).sm_count
-        cfg = elementwise_config(rows, d, ITEMSIZE[xi.dtype], sms, _UNROLL)
-        plan = make_plan(FAMILY, symbol + xi.dtype, xi.device, cfg.grid, cfg.block,
-                         oi.ptr, xi.ptr, rows, d, x_rs, o_rs)  # fmt: skip
-        plan(call.stream, oi.ptr, xi.ptr)
-        remember(key, plan, (oi, xi), allocated=out is None)
+        launch_rows(FAMILY, symbol + xi.dtype, call.stream, oi, xi, rows, d, (x_rs, o_rs),
+                    _UNROLL, key, out is None)  # fmt: skip
     return finish(call, res, out is None)
 
 
