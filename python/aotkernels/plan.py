@@ -15,16 +15,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .arch_matrix import Family, Matrix, MatrixError, Target, parse_ptx_name
+from .arch_matrix import Family, Matrix, Target, parse_ptx_name
 
 __all__ = [
     "BuildPlan",
+    "Entry",
     "FamilyPlan",
     "PlanError",
+    "check_toolkit",
     "image_order",
     "make_plan",
     "param_layout",
     "parse_arch_filter",
+    "plan_json",
+    "summary_line",
     "write_plan",
 ]
 
@@ -290,6 +294,3 @@ def check_toolkit(text: str) -> tuple[int, int]:
     if not m:
         raise PlanError(f"toolkit version: expected like '13.0', got {text!r}")
     return int(m.group(1)), int(m.group(2))
-
-
-__all__ += ["Entry", "check_toolkit", "plan_json", "summary_line", "MatrixError"]
