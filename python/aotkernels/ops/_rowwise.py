@@ -45,7 +45,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..arrays import ArrayInfo, dtype_name
-from ._common import Call, operand, rows_view
+from ._common import Call, check_disjoint, check_rows_disjoint, operand, rows_view
 
 __all__ = [
     "RowwiseConfig",
@@ -181,3 +181,16 @@ def check_eps(op: str, eps: Any) -> float:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{op}: eps must be a finite number >= 0, got {eps!r}")
     return value
+
+
+def out_row_stride(
+    op: str, xi: ArrayInfo, oi: ArrayInfo, rows: int, cols: int, allocated: bool
+) -> int:
+    """Row stride of ``out`` after the checks a caller-provided ``out=`` needs."""
+    if allocated:
+        return cols
+    _, o_rs = row_layout(op, "out", oi)
+    check_rows_disjoint(op, "out", rows, cols, o_rs)
+    if (oi.ptr, tuple(oi.strides)) != (xi.ptr, tuple(xi.strides)):  # in place is fine
+        check_disjoint(op, "out", oi, "x", xi)
+    return o_rs

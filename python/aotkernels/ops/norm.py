@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import device as _device
-from ..arrays import ITEMSIZE
+from ..arrays import ITEMSIZE, ArrayInfo
 from ._common import (
+    Call,
     check_disjoint,
     check_dtype,
     check_rows_disjoint,
@@ -27,6 +28,7 @@ from ._common import (
 )
 from ._rowwise import (
     check_eps,
+    out_row_stride,
     row_layout,
     rowwise_config,
     same_dtype,
@@ -75,15 +77,15 @@ def _launch(
     remember(key, plan, (out, x, residual, weight, bias), allocated=allocated, written=written)
 
 
-def _out_layout(op: str, xi: Any, oi: Any, rows: int, hidden: int, allocated: bool) -> int:
-    """Row stride of ``out`` after the checks a caller-provided ``out=`` needs."""
-    if allocated:
-        return hidden
-    _, o_rs = row_layout(op, "out", oi)
-    check_rows_disjoint(op, "out", rows, hidden, o_rs)
-    if (oi.ptr, tuple(oi.strides)) != (xi.ptr, tuple(xi.strides)):  # in place is fine
-        check_disjoint(op, "out", oi, "x", xi)
-    return o_rs
+def _prepare_rows(op: str, x: Any, stream: Any) -> tuple[Call, ArrayInfo, int, int, int]:
+    """The checks every op here starts with: (call, x info, hidden, rows, x row stride)."""
+    call = prepare(op, x, stream)
+    xi = call.x
+    check_dtype(op, "x", xi, DTYPES)
+    if not xi.shape:
+        raise ValueError(f"{op}: x must have at least 1 dimension, got a 0-d array")
+    rows, x_rs = row_layout(op, "x", xi)
+    return call, xi, xi.shape[-1], rows, x_rs
 
 
 def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None, stream: Any = None) -> Any:
@@ -110,17 +112,11 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None, stream:
     res, key = torch_fast("ak_rms_norm_", out, (x, None, weight, None), stream, eps)
     if res is not None:
         return res
-    call = prepare(op, x, stream)
-    xi = call.x
-    check_dtype(op, "x", xi, DTYPES)
-    if not xi.shape:
-        raise ValueError(f"{op}: x must have at least 1 dimension, got a 0-d array")
-    hidden = xi.shape[-1]
-    rows, x_rs = row_layout(op, "x", xi)
+    call, xi, hidden, rows, x_rs = _prepare_rows(op, x, stream)
     wi = vector_operand(op, "weight", weight, call, hidden)
     eps_f = check_eps(op, eps)
     res, oi = output(op, call, out, xi.shape, xi.dtype)
-    o_rs = _out_layout(op, xi, oi, rows, hidden, out is None)
+    o_rs = out_row_stride(op, xi, oi, rows, hidden, out is None)
     if out is not None:
         check_disjoint(op, "out", oi, "weight", wi)
     _launch(op, xi, oi, None, wi, None, rows, hidden, (x_rs, o_rs, 0), eps_f, call.stream,
@@ -219,18 +215,12 @@ def layer_norm(
     res, key = torch_fast("ak_layer_norm_", out, (x, None, weight, bias), stream, eps)
     if res is not None:
         return res
-    call = prepare(op, x, stream)
-    xi = call.x
-    check_dtype(op, "x", xi, DTYPES)
-    if not xi.shape:
-        raise ValueError(f"{op}: x must have at least 1 dimension, got a 0-d array")
-    hidden = xi.shape[-1]
-    rows, x_rs = row_layout(op, "x", xi)
+    call, xi, hidden, rows, x_rs = _prepare_rows(op, x, stream)
     wi = None if weight is None else vector_operand(op, "weight", weight, call, hidden)
     bi = None if bias is None else vector_operand(op, "bias", bias, call, hidden)
     eps_f = check_eps(op, eps)
     res, oi = output(op, call, out, xi.shape, xi.dtype)
-    o_rs = _out_layout(op, xi, oi, rows, hidden, out is None)
+    o_rs = out_row_stride(op, xi, oi, rows, hidden, out is None)
     if out is not None:
         for name, info in (("weight", wi), ("bias", bi)):
             if info is not None:

@@ -13,9 +13,7 @@ from typing import Any
 from .. import device as _device
 from ..arrays import ITEMSIZE
 from ._common import (
-    check_disjoint,
     check_dtype,
-    check_rows_disjoint,
     finish,
     make_plan,
     output,
@@ -23,7 +21,7 @@ from ._common import (
     remember,
     torch_fast1,
 )
-from ._rowwise import row_layout, rowwise_config, vectorizable
+from ._rowwise import out_row_stride, row_layout, rowwise_config, vectorizable
 
 __all__ = ["softmax"]
 
@@ -84,12 +82,7 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None, stream: Any = None) -> An
     cols = shape[-1] if shape else 1
     rows, x_rs = row_layout(op, "x", xi)
     res, oi = output(op, call, out, shape, xi.dtype)
-    o_rs = cols
-    if out is not None:
-        _, o_rs = row_layout(op, "out", oi)
-        check_rows_disjoint(op, "out", rows, cols, o_rs)
-        if (oi.ptr, tuple(oi.strides)) != (xi.ptr, tuple(xi.strides)):  # in place is fine
-            check_disjoint(op, "out", oi, "x", xi)
+    o_rs = out_row_stride(op, xi, oi, rows, cols, out is None)
     if rows * cols:
         item = ITEMSIZE[xi.dtype]
         vec = vectorizable(cols, item, (oi.ptr, xi.ptr), (x_rs, o_rs), rows)
