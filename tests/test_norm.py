@@ -10,6 +10,7 @@ NaN propagation and bitwise repeatability.
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ import aotkernels as ak
 from aotkernels.ops._rowwise import rowwise_config, vectorizable
 from aotkernels.ops.norm import fused_add_rms_norm, layer_norm, rms_norm
 from conftest import gpu_missing
+from helpers import reference
 from helpers.fake_dlpack import FakeCudaArray
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -36,9 +38,7 @@ TOLERANCES = {
 }
 
 
-def tol(dtype: Any) -> dict[str, float]:
-    rtol, atol = TOLERANCES[str(dtype).removeprefix("torch.")]
-    return {"rtol": rtol, "atol": atol}
+tol = partial(reference.tol, table=TOLERANCES)
 
 
 # --- fp64 references (torch on the device) ---------------------------------------------------

@@ -8,6 +8,7 @@ and bitwise repeatability.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 import aotkernels as ak
 from aotkernels.ops.softmax import softmax
 from conftest import gpu_missing
+from helpers import reference
 from helpers.fake_dlpack import FakeCudaArray
 
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -32,9 +34,7 @@ TOLERANCES = {
 }
 
 
-def tol(dtype: Any) -> dict[str, float]:
-    rtol, atol = TOLERANCES[str(dtype).removeprefix("torch.")]
-    return {"rtol": rtol, "atol": atol}
+tol = partial(reference.tol, table=TOLERANCES)
 
 
 def softmax_ref(x: Any) -> Any:

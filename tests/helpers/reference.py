@@ -17,8 +17,9 @@ TOLERANCES = {
 }
 
 
-def tol(dtype: Any) -> dict[str, float]:
-    rtol, atol = TOLERANCES[str(dtype).removeprefix("torch.")]
+def tol(dtype: Any, table: dict[str, tuple[float, float]] = TOLERANCES) -> dict[str, float]:
+    """``assert_close`` keyword arguments for ``dtype`` from a tolerance ``table``."""
+    rtol, atol = table[str(dtype).removeprefix("torch.")]
     return {"rtol": rtol, "atol": atol}
 
 
