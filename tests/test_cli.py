@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -15,18 +14,9 @@ import pytest
 
 from aotkernels.cli import main
 from aotkernels.manifest import load_manifest
+from helpers.builds import clean_env
 
 FAMILIES = ("activation", "gated")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("CUDA_FORCE_PTX_JIT", "AOTKERNELS_ARCHS", "AOTKERNELS_FAMILIES")
-    }
-    env.update(extra)
-    return env
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

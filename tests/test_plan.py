@@ -32,6 +32,7 @@ from aotkernels.plan import (
     write_plan,
 )
 from conftest import ROOT
+from helpers.builds import clean_env
 
 MATRIX_PATH = ROOT / "arch_matrix.toml"
 KERNELS_DIR = ROOT / "kernels"
@@ -409,10 +410,7 @@ def test_rewrite_keeps_mtimes_of_unchanged_files(real_doc: dict[str, Any], tmp_p
 
 
 def _build_plan_tool(out: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    full_env = {
-        k: v for k, v in os.environ.items() if k not in ("AOTKERNELS_ARCHS", "AOTKERNELS_FAMILIES")
-    }
-    full_env.update(env)
+    full_env = clean_env(**env)
     return subprocess.run(
         [
             sys.executable,

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
+from helpers.builds import clean_env, pip_wheel
 
 MERGE = ROOT / "tools" / "merge_shards.py"
 FAMILIES = "activation,gated"
@@ -204,24 +205,10 @@ def _snapshot(dest: Path) -> Path:
 
 
 def _build(src: Path, build_dir: Path, out: Path, archs: str | None) -> Path:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("AOTKERNELS_ARCHS", "CUDA_FORCE_PTX_JIT")
-    }
-    env.update(AOTKERNELS_FAMILIES=FAMILIES, SOURCE_DATE_EPOCH=EPOCH)
+    env = clean_env(AOTKERNELS_FAMILIES=FAMILIES, SOURCE_DATE_EPOCH=EPOCH)
     if archs is not None:
         env["AOTKERNELS_ARCHS"] = archs
-    cmd = [
-        sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation",
-        "-w", str(out), "-C", f"build-dir={build_dir}",
-    ]  # fmt: skip
-    try:
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800, check=False)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"wheel build exceeded {e.timeout} s")
-    if r.returncode != 0:
-        pytest.fail(f"build ({archs or 'full'}) failed:\n{(r.stdout + r.stderr)[-6000:]}")
-    (whl,) = out.glob("aotkernels*.whl")
-    return whl
+    return pip_wheel(src, out, build_dir, env, archs or "full")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -27,21 +26,12 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from conftest import ROOT
+from helpers.builds import clean_env, pip_wheel
 
 pytestmark = pytest.mark.slow
 
 ARCHS = "75;90;compute_75"
 WANT_TARGETS = ["compute_75", "sm_75", "sm_90"]
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("AOTKERNELS_ARCHS", "AOTKERNELS_FAMILIES", "CUDA_FORCE_PTX_JIT")
-    }
-    env.update(extra)
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -56,35 +46,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("nvcc is not on PATH: the wheel build needs the CUDA toolkit")
     tmp = tmp_path_factory.mktemp("wheel")
     out = tmp / "dist"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        ".",
-        "--no-deps",
-        "--no-build-isolation",
-        "-w",
-        str(out),
-        "-C",
-        f"build-dir={tmp / 'build'}",
-    ]
-    try:
-        r = subprocess.run(
-            cmd,
-            cwd=ROOT,
-            env=_env(AOTKERNELS_ARCHS=ARCHS),
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"wheel build exceeded {e.timeout} s")
-    if r.returncode != 0:
-        pytest.fail(f"wheel build failed ({r.returncode}):\n{(r.stdout + r.stderr)[-6000:]}")
-    (whl,) = out.glob("aotkernels-*.whl")
-    return whl
+    return pip_wheel(ROOT, out, tmp / "build", clean_env(AOTKERNELS_ARCHS=ARCHS), ARCHS)
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +124,7 @@ def test_inspect_wheel(wheel: Path, wheel_families: list[str], tmp_path: Path) -
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env=_env(),
+        env=clean_env(),
         timeout=120,
         check=False,
     )
@@ -201,7 +163,7 @@ def test_core_does_not_link_cuda(unpacked: Path) -> None:
 
 
 def _doctor(unpacked: Path, tmp_path: Path, arch: str) -> dict[str, Any]:
-    env = _env(PYTHONPATH=str(unpacked), CUDA_VISIBLE_DEVICES="")
+    env = clean_env(PYTHONPATH=str(unpacked), CUDA_VISIBLE_DEVICES="")
     r = subprocess.run(
         [
             sys.executable,
