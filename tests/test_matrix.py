@@ -346,7 +346,7 @@ def test_no_ops_or_dtypes(doc: dict[str, Any]) -> None:
 )
 def test_bad_params_type(doc: dict[str, Any], param: Any) -> None:
     doc["families"]["gated"]["params"][0] = param
-    reject(doc, "families.gated.params: expected [name, one of ('ptr', 'i64', 'i32', 'f32')]")
+    reject(doc, "families.gated.params: expected [name, one of ('ptr', 'i64', 'i32', 'f32', 'tmap')]")
 
 
 def test_params_missing_or_duplicate(doc: dict[str, Any]) -> None:
@@ -399,3 +399,47 @@ def test_load_matrix_checks_sources_next_to_the_file(tmp_path: Path) -> None:
     assert load_matrix(copy_path, check_sources=False).families.keys() == (
         load_matrix(MATRIX_PATH).families.keys()
     )
+
+
+# --- families with variants (gemm) ---------------------------------------------------------
+
+
+def test_gemm_entries_follow_op_dtypes_variants_and_layouts(doc: dict[str, Any]) -> None:
+    m = parse_matrix(doc)
+    fam = m.families["gemm"]
+    specs = fam.entry_specs(m.dtypes)
+    names = {s.symbol for s in specs}
+    assert "ak_matmul_bf16_mma_128x128" in names  # layouts "any": no suffix
+    assert "ak_matmul_bf16_wg_128x256_kn" in names and "ak_matmul_bf16_wg_128x256_mn" in names
+    assert "ak_scaled_mm_fp8_e4m3_wg_128x256_kk" in names
+    assert "ak_scaled_mm_fp8_e4m3_wg_128x256_kn" not in names  # byte_layouts: K-major only
+    assert not any(s.op == "matmul" and s.dtype == "int8" for s in specs)  # op_dtypes
+    wg = next(s for s in specs if s.symbol == "ak_scaled_mm_fp8_e4m3_wg_64x128_kk")
+    assert wg.requires == {"wgmma", "tma", "mma_sync_fp8"}  # variant + dtype_requires
+    assert wg.config("gemm") == "ak_gemm_v_wg_64x128_kk"
+
+
+def test_variant_constants_and_bad_variants(doc: dict[str, Any]) -> None:
+    v = parse_matrix(doc).families["gemm"].variants[0]
+    assert v.constant("bm") > 0 and v.path == "mma_sync"
+    broken = copy.deepcopy(doc)
+    broken["families"]["gemm"]["variants"]["mma_64x64"]["bm"] = "64"
+    reject(broken, "families.gemm.variants.mma_64x64.bm: expected an integer constant")
+    broken = copy.deepcopy(doc)
+    broken["families"]["gemm"]["variants"]["mma_64x64"]["layouts"] = ["km"]
+    reject(broken, "families.gemm.variants.mma_64x64.layouts: expected one of")
+    broken = copy.deepcopy(doc)
+    broken["families"]["gemm"]["variants"]["mma_64x64"]["requires"] = ["warp_drive"]
+    reject(broken, "families.gemm.variants.mma_64x64.requires: unknown feature 'warp_drive'")
+    broken = copy.deepcopy(doc)
+    broken["families"]["gemm"]["op_dtypes"]["matmul"] = ["f64"]
+    reject(broken, "families.gemm.op_dtypes.matmul: unknown value 'f64'")
+    doc["families"]["gemm"]["dtype_requires"]["int4"] = []
+    reject(doc, "families.gemm.dtype_requires: unknown key 'int4'")
+
+
+def test_variant_family_needs_each_dtype_somewhere(doc: dict[str, Any]) -> None:
+    # fp8 on sm_75 is fine for a family with variants (entries are filtered per target), but a
+    # dtype no target of the family has is still an error.
+    doc["families"]["gemm"]["targets"] = ["sm_75", "sm_80"]
+    reject(doc, "families.gemm: dtype 'fp8_e4m3' is not available on target 'sm_75'")

@@ -12,6 +12,11 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 cd "$REPO"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
+# The GEMM family's CuTe headers: the GPU machine has no network, so the nvidia-cutlass wheel
+# travels in .deps/wheels (tools/fetch_build_deps.sh) and is installed without its Python deps.
+if ls .deps/wheels/nvidia_cutlass-*.whl >/dev/null 2>&1; then
+  $PY -m pip install --no-deps --no-index -q .deps/wheels/nvidia_cutlass-*.whl 2>&1 | grep -v "Running pip as"
+fi
 start=$(date +%s)
 $PY -m pip install --no-build-isolation --no-deps -q . 2>&1 | grep -v "Running pip as" | tail -20
 echo "build: $(( $(date +%s) - start )) s" | tee "$OUT/build.txt"

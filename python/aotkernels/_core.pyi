@@ -3,7 +3,13 @@
 from collections.abc import Sequence
 
 def set_driver(
-    launch: int, ctx_get: int, ctx_set: int, error_name: int, mem_alloc: int, mem_free: int
+    launch: int,
+    ctx_get: int,
+    ctx_set: int,
+    error_name: int,
+    mem_alloc: int,
+    mem_free: int,
+    tensor_map_encode: int,
 ) -> None:
     """Hand over the driver's entry points (from cuGetProcAddress); nothing links libcuda."""
 
@@ -31,7 +37,10 @@ class LaunchPlan:
         smem: int,
         params: bytes,
         ptr_offsets: Sequence[int],
-        /,
-    ) -> None: ...
+        tensor_maps: Sequence[tuple[int, int, int, int, int, int, int, int]] = ...,
+    ) -> None:
+        """``tensor_maps``: (param offset, pointer index, CUtensorMapDataType, inner extent,
+        outer extent, row bytes, box inner, box outer) of each TMA descriptor to re-encode
+        around its pointer on every launch."""
     def __call__(self, stream: int, /, *ptrs: int) -> None:
         """Patch ``ptrs`` into the parameter block and launch on ``stream``."""

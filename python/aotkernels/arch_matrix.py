@@ -20,19 +20,25 @@ else:  # pragma: no cover - exercised by the 3.10 wheel only
 
 __all__ = [
     "DType",
+    "EntrySpec",
     "Family",
     "Matrix",
     "MatrixError",
     "Target",
+    "Variant",
     "load_matrix",
     "parse_matrix",
     "parse_target_name",
 ]
 
-PARAM_TYPES = ("ptr", "i64", "i32", "f32")
+PARAM_TYPES = ("ptr", "i64", "i32", "f32", "tmap")
 _TARGET_RE = re.compile(r"^sm_(\d+)(\d)([af]?)$")
 _PTX_RE = re.compile(r"^compute_(\d+)(\d)$")
 _IDENT_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+# Operand layouts a variant may compile in: one letter per operand (a, then b): k = K-major,
+# m = M-major (a), n = N-major (b); "any" = read from the parameters at run time.
+LAYOUTS = ("any", "kk", "kn", "mk", "mn")
+_VARIANT_KEYS = {"path", "requires", "layouts", "byte_layouts"}
 
 
 class MatrixError(ValueError):
@@ -68,6 +74,45 @@ class DType:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """One kernel configuration of a family: a code path at one tile size (see [families.gemm])."""
+
+    name: str
+    path: str
+    requires: tuple[str, ...]
+    constants: tuple[tuple[str, int], ...]  # become `static constexpr int` members
+    layouts: tuple[str, ...]
+    byte_layouts: tuple[str, ...]
+
+    def layouts_for(self, dtype_bytes: int) -> tuple[str, ...]:
+        return self.byte_layouts if dtype_bytes == 1 else self.layouts
+
+    def constant(self, key: str) -> int:
+        return dict(self.constants)[key]
+
+
+@dataclass(frozen=True)
+class EntrySpec:
+    """One extern "C" kernel: op x dtype (x variant x layout for families with variants)."""
+
+    symbol: str
+    op: str
+    dtype: str
+    variant: Variant | None = None
+    layout: str = ""
+    requires: frozenset[str] = frozenset()  # features a target needs to hold this entry
+
+    @property
+    def variant_name(self) -> str:
+        return self.variant.name if self.variant else ""
+
+    def config(self, family: str) -> str:
+        """The C++ config struct of the entry's variant (and layout), e.g. ak_gemm_v_wg_64x128_kn."""
+        suffix = "" if self.layout in ("", "any") else f"_{self.layout}"
+        return f"ak_{family}_v_{self.variant_name}{suffix}"
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     description: str
@@ -79,9 +124,32 @@ class Family:
     params: tuple[tuple[str, str], ...]
     entry: str = "ak_{op}_{dtype}"
     requires: tuple[str, ...] = ()
+    op_dtypes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # per op, when not every dtype
+    dtype_requires: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    variants: tuple[Variant, ...] = ()
 
     def symbol(self, op: str, dtype: str) -> str:
         return self.entry.format(op=op, dtype=dtype)
+
+    def dtypes_of(self, op: str) -> tuple[str, ...]:
+        return dict(self.op_dtypes).get(op, self.dtypes)
+
+    def entry_specs(self, dtypes: Mapping[str, DType]) -> list[EntrySpec]:
+        """Every entry point of the family, in a stable order."""
+        specs: list[EntrySpec] = []
+        dreq = dict(self.dtype_requires)
+        for op in self.ops:
+            for dt in self.dtypes_of(op):
+                base = self.symbol(op, dt)
+                if not self.variants:
+                    specs.append(EntrySpec(base, op, dt))
+                    continue
+                for v in self.variants:
+                    for lay in v.layouts_for(dtypes[dt].bytes):
+                        name = v.name if lay == "any" else f"{v.name}_{lay}"
+                        req = frozenset(v.requires) | frozenset(dreq.get(dt, ()))
+                        specs.append(EntrySpec(f"{base}_{name}", op, dt, v, lay, req))
+        return specs
 
 
 @dataclass(frozen=True)
@@ -117,6 +185,7 @@ class Matrix:
                     "targets": list(f.targets),
                     "ptx": list(f.ptx),
                     "requires": list(f.requires),
+                    "variants": {v.name: v.path for v in f.variants},
                 }
                 for f in self.families.values()
             },
@@ -273,13 +342,18 @@ def _parse_family(
         if dt not in dtypes:
             raise MatrixError(f"{where}.dtypes: unknown dtype {dt!r} (known: {', '.join(dtypes)})")
     fam_targets, requires = _resolve_family_targets(where, spec, targets, features)
+    variants = _parse_variants(where, spec, features)
     for dt in fam_dtypes:
-        for t in fam_targets:
-            if t not in dtypes[dt].targets:
-                raise MatrixError(
-                    f"{where}: dtype {dt!r} is not available on target {t!r} "
-                    f"(dtypes.{dt}.targets); drop the dtype or the target"
-                )
+        missing = [t for t in fam_targets if t not in dtypes[dt].targets]
+        # A family with variants builds each entry only where its dtype exists; any other
+        # family promises every op x dtype on every target.
+        if missing and (not variants or len(missing) == len(fam_targets)):
+            raise MatrixError(
+                f"{where}: dtype {dt!r} is not available on target {missing[0]!r} "
+                f"(dtypes.{dt}.targets); drop the dtype or the target"
+            )
+    op_dtypes = _parse_op_map(where, "op_dtypes", spec, set(ops), set(fam_dtypes))
+    dtype_requires = _parse_op_map(where, "dtype_requires", spec, set(fam_dtypes), set(features))
     ptx = _str_list(spec.get("ptx", []), f"{where}.ptx")
     for p in ptx:
         try:
@@ -315,7 +389,65 @@ def _parse_family(
         params=tuple(params),
         entry=entry,
         requires=requires,
+        op_dtypes=op_dtypes,
+        dtype_requires=dtype_requires,
+        variants=variants,
     )
+
+
+def _parse_op_map(
+    where: str, key: str, spec: Mapping[str, Any], keys: set[str], values: set[str]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """An optional ``{name = [values]}`` table (op -> dtypes, dtype -> features)."""
+    raw = spec.get(key, {})
+    if not isinstance(raw, dict):
+        raise MatrixError(f"{where}.{key}: expected a table, got {raw!r}")
+    out = []
+    for name, vals in raw.items():
+        if name not in keys:
+            raise MatrixError(f"{where}.{key}: unknown key {name!r} (expected one of {sorted(keys)})")
+        items = _str_list(vals, f"{where}.{key}.{name}")
+        for v in items:
+            if v not in values:
+                raise MatrixError(f"{where}.{key}.{name}: unknown value {v!r}")
+        out.append((name, tuple(items)))
+    return tuple(out)
+
+
+def _parse_variants(
+    where: str, spec: Mapping[str, Any], features: Mapping[str, str]
+) -> tuple[Variant, ...]:
+    raw = spec.get("variants", {})
+    if not isinstance(raw, dict):
+        raise MatrixError(f"{where}.variants: expected a table of tables")
+    out = []
+    for name, v in raw.items():
+        vw = f"{where}.variants.{name}"
+        if not _IDENT_RE.match(name) or not isinstance(v, dict):
+            raise MatrixError(f"{vw}: expected a table named by a lower-case identifier")
+        path = v.get("path")
+        if not isinstance(path, str) or not _IDENT_RE.match(path):
+            raise MatrixError(f"{vw}.path: expected an identifier, got {path!r}")
+        req = _str_list(v.get("requires", []), f"{vw}.requires")
+        for feat in req:
+            if feat not in features:
+                raise MatrixError(f"{vw}.requires: unknown feature {feat!r}")
+        layouts = _str_list(v.get("layouts", ["any"]), f"{vw}.layouts")
+        byte_layouts = _str_list(v.get("byte_layouts", layouts), f"{vw}.byte_layouts")
+        for lay in layouts + byte_layouts:
+            if lay not in LAYOUTS:
+                raise MatrixError(f"{vw}.layouts: expected one of {LAYOUTS}, got {lay!r}")
+        constants = []
+        for key, val in v.items():
+            if key in _VARIANT_KEYS:
+                continue
+            if not _IDENT_RE.match(key) or not isinstance(val, int) or isinstance(val, bool):
+                raise MatrixError(f"{vw}.{key}: expected an integer constant, got {val!r}")
+            constants.append((key, val))
+        out.append(
+            Variant(name, path, tuple(req), tuple(constants), tuple(layouts), tuple(byte_layouts))
+        )
+    return tuple(out)
 
 
 def parse_matrix(
@@ -334,15 +466,13 @@ def parse_matrix(
         }
         symbols: dict[str, str] = {}
         for fam in families.values():
-            for op in fam.ops:
-                for dt in fam.dtypes:
-                    sym = fam.symbol(op, dt)
-                    if sym in symbols:
-                        raise MatrixError(
-                            f"families.{fam.name}: entry point {sym!r} also made by "
-                            f"families.{symbols[sym]}"
-                        )
-                    symbols[sym] = fam.name
+            for e in fam.entry_specs(dtypes):
+                if e.symbol in symbols:
+                    raise MatrixError(
+                        f"families.{fam.name}: entry point {e.symbol!r} also made by "
+                        f"families.{symbols[e.symbol]}"
+                    )
+                symbols[e.symbol] = fam.name
     except MatrixError as e:
         raise MatrixError(f"{source}: {e}") from None
     return Matrix(features, targets, dtypes, families, source)

@@ -40,8 +40,10 @@ ITEMSIZE = {
     "f64": 8,
 }
 # DLPack (type code, bits) -> our name: 0 int, 1 uint, 2 float, 4 bfloat.
+# DLPack 1.1 codes 10 / 12: float8_e4m3fn / float8_e5m2.
 _DLPACK_DTYPES = {(2, 32): "f32", (2, 16): "f16", (4, 16): "bf16", (0, 8): "int8",
-                  (0, 32): "int32", (2, 64): "f64"}  # fmt: skip
+                  (0, 32): "int32", (2, 64): "f64", (10, 8): "fp8_e4m3",
+                  (12, 8): "fp8_e5m2"}  # fmt: skip
 _DLPACK_CODES = {v: k for k, v in _DLPACK_DTYPES.items()}
 _CAI_DTYPES = {"<f4": "f32", "<f2": "f16", "|i1": "int8", "<i4": "int32", "<f8": "f64"}
 _KDLCUDA = 2

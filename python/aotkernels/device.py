@@ -82,6 +82,7 @@ def _hand_over_entry_points(cu: Any) -> None:
         "cuGetErrorName",
         "cuMemAlloc",
         "cuMemFree",
+        "cuTensorMapEncodeTiled",
     ):
         pfn, _status = _check(cu, cu.cuGetProcAddress(name.encode(), 12000, flags), name)
         ptrs.append(int(pfn))

@@ -37,6 +37,7 @@ class LoadedFamily:
     params: struct.Struct
     ptr_offsets: list[int]  # byte offsets of the pointer fields, in struct order
     kernels: dict[str, int] = field(default_factory=dict)  # symbol -> CUfunction (primary ctx)
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> constants
     binary_version: int = 0  # CU_FUNC_ATTRIBUTE_BINARY_VERSION of the loaded image, e.g. 90
     ptx_version: int = 0  # CU_FUNC_ATTRIBUTE_PTX_VERSION, e.g. 75 for compute_75
 
@@ -158,6 +159,7 @@ def _load(name: str, dev: _device.DeviceInfo) -> LoadedFamily:
         if ptype == "ptr"
     ]
     loaded = LoadedFamily(name, dev, choice, lib, blob, struct.Struct(fam["param_format"]), offsets)
+    loaded.variants = dict(fam.get("variants", {}))
     attr = cu.CUfunction_attribute
     err, cudev = cu.cuDeviceGet(dev.index)
     # Launch through each kernel's CUfunction in the device's primary context (where every op
@@ -167,9 +169,17 @@ def _load(name: str, dev: _device.DeviceInfo) -> LoadedFamily:
         raise AotKernelsError(f"cuCtxPushCurrent failed on device {dev.index}: {err.name}")
     try:
         for entry in fam["entries"]:
+            if "images" in entry and choice.target not in entry["images"]:
+                continue  # built only into images whose target has its features
             err, kernel = cu.cuLibraryGetKernel(lib, entry["symbol"].encode())
             if err == cu.CUresult.CUDA_SUCCESS:
                 err, func = cu.cuKernelGetFunction(kernel)
+            smem = int(loaded.variants.get(entry.get("variant", ""), {}).get("smem", 0))
+            if err == cu.CUresult.CUDA_SUCCESS and smem > 48 * 1024:
+                # Dynamic shared memory beyond 48 KiB must be opted into per kernel.
+                (err,) = cu.cuFuncSetAttribute(
+                    func, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem
+                )
             if err != cu.CUresult.CUDA_SUCCESS:
                 raise AotKernelsError(
                     f"{KERNELS_DIR / fam['file']}: entry point {entry['symbol']} not loadable "

@@ -101,6 +101,7 @@ def write_manifest(
             "sha256": hashlib.sha256(data).hexdigest(),
             "images": [image_record(i) for i in images],
             "entries": fam["entries"],
+            "variants": fam.get("variants", {}),
             "params": fam["params"],
             "param_format": fam["param_format"],
             "param_bytes": fam["param_bytes"],

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .arch_matrix import Family, Matrix, Target, parse_ptx_name
+from .arch_matrix import EntrySpec, Family, Matrix, Target, parse_ptx_name
 
 __all__ = [
     "BuildPlan",
@@ -32,12 +32,14 @@ __all__ = [
     "write_plan",
 ]
 
-# Size, alignment, C type and struct code of each parameter type the matrix may declare.
+# Size, alignment, C type and struct code of each parameter type the matrix may declare. A
+# `tmap` is a TMA descriptor (CUtensorMap: 128 bytes, 64-byte aligned) the runtime encodes.
 _PARAM_C = {
-    "ptr": (8, "void*", "Q"),
-    "i64": (8, "int64_t", "q"),
-    "i32": (4, "int32_t", "i"),
-    "f32": (4, "float", "f"),
+    "ptr": (8, 8, "void*", "Q"),
+    "i64": (8, 8, "int64_t", "q"),
+    "i32": (4, 4, "int32_t", "i"),
+    "f32": (4, 4, "float", "f"),
+    "tmap": (128, 64, "CUtensorMap", "128s"),
 }
 
 
@@ -50,6 +52,9 @@ class Entry:
     symbol: str
     op: str
     dtype: str
+    variant: str = ""
+    layout: str = ""
+    images: tuple[str, ...] = ()  # targets / PTX names whose image holds it; () = every image
 
 
 @dataclass(frozen=True)
@@ -58,14 +63,44 @@ class FamilyPlan:
     targets: tuple[Target, ...]
     ptx: tuple[str, ...]
     skipped: tuple[tuple[str, str], ...]  # (target, reason) left out of this build
+    matrix: Matrix = field(compare=False, repr=False, kw_only=True)
 
     @property
     def name(self) -> str:
         return self.family.name
 
+    def entry_specs(self) -> list[EntrySpec]:
+        return self.family.entry_specs(self.matrix.dtypes)
+
+    def image_names(self) -> list[str]:
+        return [t.name for t in self.targets] + list(self.ptx)
+
+    def images_holding(self, spec: EntrySpec) -> tuple[str, ...]:
+        """The images of this build that hold ``spec``: the target has its dtype and features.
+
+        A PTX image counts as the generic target of its compute capability.
+        """
+        matrix = self.matrix
+        names = []
+        for name in self.image_names():
+            tname = "sm_" + name.removeprefix("compute_") if name.startswith("compute_") else name
+            t = matrix.targets.get(tname)
+            if t is None:
+                continue
+            if tname in matrix.dtypes[spec.dtype].targets and spec.requires <= t.features:
+                names.append(name)
+        return tuple(names)
+
     def entries(self) -> list[Entry]:
-        f = self.family
-        return [Entry(f.symbol(op, dt), op, dt) for op in f.ops for dt in f.dtypes]
+        out = []
+        for spec in self.entry_specs():
+            images = self.images_holding(spec) if spec.variant else ()
+            if spec.variant and not images:
+                continue  # no image of this build can hold it (e.g. AOTKERNELS_ARCHS=80, fp8)
+            out.append(
+                Entry(spec.symbol, spec.op, spec.dtype, spec.variant_name, spec.layout, images)
+            )
+        return out
 
     def gencode_flags(self) -> list[str]:
         flags = []
@@ -162,7 +197,7 @@ def make_plan(
         ptx = [p for p in fam.ptx if wanted is None or p in wanted]
         skipped += [(p, "not in AOTKERNELS_ARCHS") for p in fam.ptx if p not in ptx]
         if targets or ptx:
-            plans[name] = FamilyPlan(fam, tuple(targets), tuple(ptx), tuple(skipped))
+            plans[name] = FamilyPlan(fam, tuple(targets), tuple(ptx), tuple(skipped), matrix=matrix)
     if not plans:
         raise PlanError(
             f"nothing to build: AOTKERNELS_ARCHS={archs!r} and AOTKERNELS_FAMILIES={families!r} "
@@ -175,13 +210,13 @@ def param_layout(params: Iterable[tuple[str, str]]) -> tuple[str, int, list[tupl
     """C layout of a parameter struct: (``struct`` format, size, [(name, offset)])."""
     fmt, offset, offsets, align = "<", 0, [], 1
     for name, ptype in params:
-        size, _, code = _PARAM_C[ptype]
-        pad = -offset % size
+        size, field_align, _, code = _PARAM_C[ptype]
+        pad = -offset % field_align
         fmt += "x" * pad + code
         offset += pad
         offsets.append((name, offset))
         offset += size
-        align = max(align, size)
+        align = max(align, field_align)
     tail = -offset % align
     return fmt + "x" * tail, offset + tail, offsets
 
@@ -194,21 +229,61 @@ def _params_header(fp: FamilyPlan) -> str:
         "#pragma once",
         "#include <cstddef>",
         "#include <cstdint>",
+    ]
+    if any(t == "tmap" for _, t in fam.params):
+        lines.append("#include <cuda.h>  // CUtensorMap")
+    lines += [
         "",
         f"// Kernel parameters of the {fam.name} family, passed by value; the runtime packs the",
         "// same layout from the manifest.",
         f"struct ak_{fam.name}_params {{",
     ]
-    lines += [f"  {_PARAM_C[t][1]} {n};" for n, t in fam.params]
+    lines += [f"  {_PARAM_C[t][2]} {n};" for n, t in fam.params]
     lines += ["};", f'static_assert(sizeof(ak_{fam.name}_params) == {size}, "layout drift");']
     lines += [
         f'static_assert(offsetof(ak_{fam.name}_params, {n}) == {off}, "layout drift");'
         for n, off in offsets
     ]
+    configs: dict[str, EntrySpec] = {}
+    for spec in fp.entry_specs():
+        if spec.variant:
+            configs.setdefault(spec.config(fam.name), spec)
+    for name, spec in configs.items():
+        assert spec.variant is not None
+        lines += ["", f"// variant {spec.variant.name} ({spec.variant.path}), layout {spec.layout}"]
+        lines.append(f"struct {name} {{")
+        lines += [f"  static constexpr int {k} = {v};" for k, v in spec.variant.constants]
+        any_layout = spec.layout == "any"
+        lines.append(f"  static constexpr bool layout_from_flags = {str(any_layout).lower()};")
+        lines.append(f"  static constexpr bool a_mmajor = {str(spec.layout[:1] == 'm').lower()};")
+        lines.append(f"  static constexpr bool b_kmajor = {str(spec.layout[1:] == 'k').lower()};")
+        lines.append("};")
     return "\n".join(lines) + "\n"
 
 
-def _entries_source(fp: FamilyPlan, matrix: Matrix) -> str:
+def _image_condition(name: str) -> str:
+    """Preprocessor test true in exactly the device pass that builds image ``name``.
+
+    nvcc defines __CUDA_ARCH_SPECIFIC__ for `a` targets and __CUDA_ARCH_FAMILY_SPECIFIC__ for
+    `a` and `f` targets; a PTX image compiles like the generic target of its cc.
+    """
+    arch = name.removeprefix("compute_").removeprefix("sm_")
+    variant = arch[-1] if arch[-1] in "af" else ""
+    digits = arch.rstrip("af")
+    cond = f"__CUDA_ARCH__ == {int(digits) * 10}"
+    if variant == "a":
+        return f"({cond} && defined(__CUDA_ARCH_SPECIFIC__))"
+    if variant == "f":
+        return (
+            f"({cond} && defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && "
+            "!defined(__CUDA_ARCH_SPECIFIC__))"
+        )
+    return (
+        f"({cond} && !defined(__CUDA_ARCH_SPECIFIC__) && !defined(__CUDA_ARCH_FAMILY_SPECIFIC__))"
+    )
+
+
+def _entries_source(fp: FamilyPlan) -> str:
     fam = fp.family
     lines = [
         "// Generated from arch_matrix.toml by tools/build_plan.py; do not edit.",
@@ -218,9 +293,22 @@ def _entries_source(fp: FamilyPlan, matrix: Matrix) -> str:
         f'#include "{fam.name}.cuh"',
         "",
     ]
+    specs = {s.symbol: s for s in fp.entry_specs()}
+    all_images = tuple(fp.image_names())
     for e in fp.entries():
-        ctype = matrix.dtypes[e.dtype].ctype
-        lines.append(f"AK_ENTRY({e.symbol}, {e.op}, {ctype})")
+        ctype = fp.matrix.dtypes[e.dtype].ctype
+        spec = specs[e.symbol]
+        if spec.variant is None:
+            lines.append(f"AK_ENTRY({e.symbol}, {e.op}, {ctype})")
+            continue
+        macro = f"AK_ENTRY_{spec.variant.path.upper()}"
+        line = f"{macro}({e.symbol}, {e.op}, {ctype}, {spec.config(fam.name)})"
+        if e.images == all_images:
+            lines.append(line)
+            continue
+        conditions = dict.fromkeys(_image_condition(i) for i in e.images)  # sm_80 == compute_80
+        lines.append("#if " + " || \\\n    ".join(conditions))
+        lines += [line, "#endif"]
     return "\n".join(lines) + "\n"
 
 
@@ -249,7 +337,11 @@ def plan_json(plan: BuildPlan) -> dict[str, Any]:
             "ptx": list(fp.ptx),
             "skipped": [list(s) for s in fp.skipped],
             "images": [list(i) for i in fp.expected_images()],
-            "entries": [{"symbol": e.symbol, "op": e.op, "dtype": e.dtype} for e in fp.entries()],
+            "entries": [_entry_json(e) for e in fp.entries()],
+            "variants": {
+                v.name: {"path": v.path, "requires": list(v.requires), **dict(v.constants)}
+                for v in fp.family.variants
+            },
             "params": [list(p) for p in fp.family.params],
             "param_format": fmt,
             "param_bytes": size,
@@ -257,8 +349,20 @@ def plan_json(plan: BuildPlan) -> dict[str, Any]:
     return out
 
 
-def write_plan(plan: BuildPlan, out_dir: Path, kernels_dir: Path) -> None:
-    """Write plan.cmake, plan.json and each family's generated sources into ``out_dir``."""
+def _entry_json(e: Entry) -> dict[str, Any]:
+    out: dict[str, Any] = {"symbol": e.symbol, "op": e.op, "dtype": e.dtype}
+    if e.variant:
+        out.update(variant=e.variant, layout=e.layout, images=list(e.images))
+    return out
+
+
+def write_plan(
+    plan: BuildPlan, out_dir: Path, kernels_dir: Path, cmake_vars: dict[str, str] | None = None
+) -> None:
+    """Write plan.cmake, plan.json and each family's generated sources into ``out_dir``.
+
+    ``cmake_vars`` are set in plan.cmake too (e.g. the CUTLASS include folder).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     gen = out_dir / "generated"
     gen.mkdir(exist_ok=True)
@@ -266,10 +370,11 @@ def write_plan(plan: BuildPlan, out_dir: Path, kernels_dir: Path) -> None:
         "# Generated by tools/build_plan.py from arch_matrix.toml; do not edit.",
         f"set(AK_FAMILIES {_cmake_list(plan.families)})",
     ]
+    cmake += [f"set({k} {_cmake_list([v])})" for k, v in (cmake_vars or {}).items()]
     for fp in plan.families.values():
         _write_if_different(gen / f"{fp.name}_params.h", _params_header(fp))
         src = gen / f"{fp.name}_entries.cu"
-        _write_if_different(src, _entries_source(fp, plan.matrix))
+        _write_if_different(src, _entries_source(fp))
         cmake += [
             f"set(AK_{fp.name}_SOURCE {_cmake_list([src.as_posix()])})",
             f"set(AK_{fp.name}_INCLUDE {_cmake_list([(kernels_dir / fp.name).as_posix()])})",

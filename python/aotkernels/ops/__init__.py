@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .activation import gelu, relu, sigmoid, silu
 from .gated import gelu_and_mul, silu_and_mul
+from .gemm import matmul, scaled_mm
 from .norm import fused_add_rms_norm, layer_norm, rms_norm
 from .softmax import softmax
 
@@ -12,8 +13,10 @@ __all__ = [
     "gelu",
     "gelu_and_mul",
     "layer_norm",
+    "matmul",
     "relu",
     "rms_norm",
+    "scaled_mm",
     "sigmoid",
     "silu",
     "silu_and_mul",
