@@ -8,6 +8,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace nb = nanobind;
@@ -28,6 +30,7 @@ struct Driver {
   decltype(&cuGetErrorName) error_name = nullptr;
   decltype(&cuMemAlloc) mem_alloc = nullptr;
   decltype(&cuMemFree) mem_free = nullptr;
+  decltype(&cuTensorMapEncodeTiled) tensor_map_encode = nullptr;
 };
 Driver g_driver;
 PyObject* g_error_type = nullptr;  // aotkernels.AotKernelsError, set from Python
@@ -78,8 +81,9 @@ class ScopedContext {
 };
 
 void set_driver(uintptr_t launch, uintptr_t ctx_get, uintptr_t ctx_set, uintptr_t error_name,
-                uintptr_t mem_alloc, uintptr_t mem_free) {
-  if (!launch || !ctx_get || !ctx_set || !error_name || !mem_alloc || !mem_free)
+                uintptr_t mem_alloc, uintptr_t mem_free, uintptr_t tensor_map_encode) {
+  if (!launch || !ctx_get || !ctx_set || !error_name || !mem_alloc || !mem_free ||
+      !tensor_map_encode)
     throw std::invalid_argument("set_driver: every entry point must be non-null");
   g_driver.launch = reinterpret_cast<decltype(g_driver.launch)>(launch);
   g_driver.ctx_get = reinterpret_cast<decltype(g_driver.ctx_get)>(ctx_get);
@@ -87,7 +91,22 @@ void set_driver(uintptr_t launch, uintptr_t ctx_get, uintptr_t ctx_set, uintptr_
   g_driver.error_name = reinterpret_cast<decltype(g_driver.error_name)>(error_name);
   g_driver.mem_alloc = reinterpret_cast<decltype(g_driver.mem_alloc)>(mem_alloc);
   g_driver.mem_free = reinterpret_cast<decltype(g_driver.mem_free)>(mem_free);
+  g_driver.tensor_map_encode =
+      reinterpret_cast<decltype(g_driver.tensor_map_encode)>(tensor_map_encode);
 }
+
+// A TMA descriptor the launch re-encodes around a fresh pointer: the operand seen as a 2-D
+// [outer, inner] array (inner = its unit-stride dimension), boxes of box_inner x box_outer
+// elements, 128-byte swizzle, zeros out of bounds (the GEMM contract in arch_matrix.toml).
+struct TensorMapSpec {
+  size_t offset;     // of the CUtensorMap in the parameter block
+  size_t ptr_index;  // which of the launch's pointers is its global address
+  int data_type;     // CUtensorMapDataType
+  uint64_t inner, outer, row_bytes;
+  unsigned box_inner, box_outer;
+};
+using TensorMapTuple =
+    std::tuple<size_t, size_t, int, uint64_t, uint64_t, uint64_t, unsigned, unsigned>;
 
 // The one launch path. `kernel` is the CUfunction of an entry point in `ctx` (the device's primary
 // context). Everything is fixed but the array pointers: built once per (op, layouts) by the Python
@@ -97,7 +116,7 @@ class LaunchPlan {
  public:
   LaunchPlan(std::string name, uintptr_t kernel, uintptr_t ctx, std::vector<unsigned> grid,
              std::vector<unsigned> block, unsigned smem, nb::bytes params,
-             std::vector<size_t> ptr_offsets)
+             std::vector<size_t> ptr_offsets, std::vector<TensorMapTuple> tensor_maps)
       : name_(std::move(name)),
         kernel_(reinterpret_cast<CUfunction>(kernel)),
         ctx_(reinterpret_cast<CUcontext>(ctx)),
@@ -111,6 +130,14 @@ class LaunchPlan {
     for (size_t off : offsets_)
       if (off + sizeof(uintptr_t) > params_.size())
         throw std::invalid_argument("LaunchPlan: pointer offset outside the parameters");
+    for (const auto& t : tensor_maps) {
+      TensorMapSpec s;
+      std::tie(s.offset, s.ptr_index, s.data_type, s.inner, s.outer, s.row_bytes, s.box_inner,
+               s.box_outer) = t;
+      if (s.offset + sizeof(CUtensorMap) > params_.size() || s.ptr_index >= offsets_.size())
+        throw std::invalid_argument("LaunchPlan: tensor map outside the parameters");
+      maps_.push_back(s);
+    }
   }
 
   void operator()(uintptr_t stream, nb::args ptrs) {
@@ -123,13 +150,16 @@ class LaunchPlan {
       uintptr_t p = nb::cast<uintptr_t>(ptrs[i]);
       std::memcpy(params_.data() + offsets_[i], &p, sizeof(p));
     }
-    size_t size = params_.size();
-    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, params_.data(), CU_LAUNCH_PARAM_BUFFER_SIZE,
-                     &size, CU_LAUNCH_PARAM_END};
+    for (const TensorMapSpec& s : maps_) encode(s);
+    // Every entry point takes exactly one parameter, the struct, so it goes in as kernelParams[0]:
+    // the driver then puts it where the cubin says. (A raw CU_LAUNCH_PARAM_BUFFER would have to
+    // reproduce the cubin's parameter offset, which is not 0 for over-aligned structs: ptxas
+    // places the 128-byte aligned GEMM struct, holding CUtensorMaps, at offset 0x70.)
+    void* args[] = {params_.data()};
     ScopedContext scope(ctx_);
     CUresult rc =
         g_driver.launch(kernel_, grid_[0], grid_[1], grid_[2], block_[0], block_[1], block_[2],
-                        smem_, reinterpret_cast<CUstream>(stream), nullptr, extra);
+                        smem_, reinterpret_cast<CUstream>(stream), args, nullptr);
     if (rc != CUDA_SUCCESS) raise_cuda(name_ + ": cuLaunchKernel", rc);
   }
 
@@ -142,6 +172,24 @@ class LaunchPlan {
   unsigned smem_;
   std::vector<char> params_;  // the template; pointers are patched in place (GIL held)
   std::vector<size_t> offsets_;
+  std::vector<TensorMapSpec> maps_;
+
+  // Encoding is host-only work (no GPU call); the descriptor then travels as a kernel parameter.
+  void encode(const TensorMapSpec& s) {
+    void* address = nullptr;
+    std::memcpy(&address, params_.data() + offsets_[s.ptr_index], sizeof(address));
+    CUtensorMap map;  // the type carries the alignment the driver wants
+    cuuint64_t dims[2] = {s.inner, s.outer};
+    cuuint64_t strides[1] = {s.row_bytes};
+    cuuint32_t box[2] = {s.box_inner, s.box_outer};
+    cuuint32_t element_strides[2] = {1, 1};
+    CUresult rc = g_driver.tensor_map_encode(
+        &map, static_cast<CUtensorMapDataType>(s.data_type), 2, address, dims, strides, box,
+        element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (rc != CUDA_SUCCESS) raise_cuda(name_ + ": cuTensorMapEncodeTiled", rc);
+    std::memcpy(params_.data() + s.offset, &map, sizeof(map));
+  }
 };
 
 // The fields of a DLPack capsule ("dltensor", unversioned): the consumer only reads it; the
@@ -232,6 +280,9 @@ NB_MODULE(_core, m) {
   m.def("empty", &empty);
   nb::class_<LaunchPlan>(m, "LaunchPlan")
       .def(nb::init<std::string, uintptr_t, uintptr_t, std::vector<unsigned>, std::vector<unsigned>,
-                    unsigned, nb::bytes, std::vector<size_t>>())
+                    unsigned, nb::bytes, std::vector<size_t>, std::vector<TensorMapTuple>>(),
+           nb::arg("name"), nb::arg("kernel"), nb::arg("ctx"), nb::arg("grid"), nb::arg("block"),
+           nb::arg("smem"), nb::arg("params"), nb::arg("ptr_offsets"),
+           nb::arg("tensor_maps") = std::vector<TensorMapTuple>())
       .def("__call__", &LaunchPlan::operator());
 }

@@ -346,7 +346,8 @@ def test_no_ops_or_dtypes(doc: dict[str, Any]) -> None:
 )
 def test_bad_params_type(doc: dict[str, Any], param: Any) -> None:
     doc["families"]["gated"]["params"][0] = param
-    reject(doc, "families.gated.params: expected [name, one of ('ptr', 'i64', 'i32', 'f32', 'tmap')]")
+    types = "('ptr', 'i64', 'i32', 'f32', 'tmap')"
+    reject(doc, f"families.gated.params: expected [name, one of {types}]")
 
 
 def test_params_missing_or_duplicate(doc: dict[str, Any]) -> None:

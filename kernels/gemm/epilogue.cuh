@@ -89,8 +89,8 @@ __device__ __forceinline__ void store2(const ak_gemm_params& p, int64_t m, int64
 }
 
 // The whole epilogue of two adjacent f32 accumulators: scales, bias, conversion, store.
-__device__ __forceinline__ void epilogue2(const ak_gemm_params& p, int64_t m, int64_t n,
-                                          float acc0, float acc1) {
+__device__ __forceinline__ void epilogue2(const ak_gemm_params& p, int64_t m, int64_t n, float acc0,
+                                          float acc1) {
   if (m >= p.m || n >= p.n) return;
   const float sa = row_scale(p, m);
   const bool both = n + 1 < p.n;

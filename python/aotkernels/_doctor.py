@@ -76,6 +76,9 @@ def _families(cc: tuple[int, int], driver: tuple[int, int], label: str) -> dict[
                 matrix_targets=targets,
             )
             out[name] = {"image": c.target, "kind": c.image["kind"], "reason": c.reason}
+            paths = _paths_in(fam, c.target)
+            if paths:
+                out[name]["paths"] = paths
         except AotKernelsError as e:
             out[name] = {"image": None, "kind": None, "reason": str(e), "error": type(e).__name__}
         if driver < floor:  # as the loader does: below the floor nothing of this build loads
@@ -91,6 +94,13 @@ def _families(cc: tuple[int, int], driver: tuple[int, int], label: str) -> dict[
                 "error": "DriverTooOldError",
             }
     return out
+
+
+def _paths_in(fam: dict[str, Any], target: str) -> list[str]:
+    """The code paths (variants' ``path``) the chosen image holds, for families with variants."""
+    variants = fam.get("variants", {})
+    held = {e["variant"] for e in fam["entries"] if target in e.get("images", ())}
+    return sorted({variants[v]["path"] for v in held if v in variants})
 
 
 def _too_old(man: dict[str, Any], driver: tuple[int, int]) -> str:

@@ -107,7 +107,7 @@ class EntrySpec:
         return self.variant.name if self.variant else ""
 
     def config(self, family: str) -> str:
-        """The C++ config struct of the entry's variant (and layout), e.g. ak_gemm_v_wg_64x128_kn."""
+        """The C++ config struct of its variant (and layout), e.g. ``ak_gemm_v_wg_64x128_kn``."""
         suffix = "" if self.layout in ("", "any") else f"_{self.layout}"
         return f"ak_{family}_v_{self.variant_name}{suffix}"
 
@@ -405,7 +405,9 @@ def _parse_op_map(
     out = []
     for name, vals in raw.items():
         if name not in keys:
-            raise MatrixError(f"{where}.{key}: unknown key {name!r} (expected one of {sorted(keys)})")
+            raise MatrixError(
+                f"{where}.{key}: unknown key {name!r} (expected one of {sorted(keys)})"
+            )
         items = _str_list(vals, f"{where}.{key}.{name}")
         for v in items:
             if v not in values:

@@ -8,25 +8,38 @@ Subcommands:
   norm         rms_norm, fused_add_rms_norm, layer_norm, softmax vs torch's own op (F.rms_norm,
                F.layer_norm, torch.softmax), the eager formula and torch.compile of it, on
                16384 x {1024, 4096, 8192} and decode-like {1, 32, 256} x {4096, 8192}
+  gemm         ak.matmul (bf16, f16; b K-major as nn.Linear's W.t() and b row-major) vs
+               torch.matmul (cuBLAS), ak.scaled_mm fp8 e4m3 (per-tensor, per-row/col and
+               DeepSeek block scales) vs torch._scaled_mm, int8 vs torch._int_mm; square
+               {1024..8192}^3 and LLM layers M {16, 128, 1024, 8192} x (N, K) {(4096, 4096),
+               (14336, 4096), (4096, 14336), (8192, 8192)}; TFLOP/s (2*M*N*K), ratio, goal
 
 Method (PERFORMANCE.md): CUDA events, warm-up, median of many repeats, random data, inputs
 rotated when they fit in L2. Bytes count each input read once and each output written once.
-Prints a table, writes JSON with ``--json PATH``. Needs torch (the anchors are torch's).
+GEMM rows are timed back to back (a GPU sleep hides Python's launch cost; ``launch`` measures
+that) in two alternating rounds of ours and the anchor, after one call of each compared for
+accuracy (``rel_err``). Prints a table, writes JSON with ``--json PATH`` and a PNG chart with
+``--chart PATH`` (norm; gemm, beside it as ``PATH-gemm.png`` under ``all``). Needs torch (the
+anchors are torch's).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 __all__ = ["main"]
 
 L2_ROTATE_BYTES = 256 << 20  # rotate through inputs until this many bytes: beats a 50-60 MB L2
+FLOAT_DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}
+MEMORY_BOUND_DEFAULT = ("bf16", "f32")  # elementwise and norm without --dtypes
 
 
 def _torch() -> Any:
@@ -37,20 +50,17 @@ def _torch() -> Any:
     return torch
 
 
+def _dtypes(args: argparse.Namespace, known: Sequence[str], default: Sequence[str]) -> list[str]:
+    """The dtypes one suite runs: its default without --dtypes, else the given ones it knows
+    (``all`` hands every suite the same list)."""
+    if args.dtypes is None:
+        return list(default)
+    return [d for d in args.dtypes.split(",") if d in known]
+
+
 def time_gpu(fn: Callable[[int], Any], reps: int = 50, warmup: int = 5) -> float:
     """Median milliseconds of ``fn(i)`` over ``reps`` calls, each timed by CUDA events."""
-    torch = _torch()
-    for i in range(warmup):
-        fn(i)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    torch.cuda.synchronize()
-    for i in range(reps):
-        starts[i].record()
-        fn(i)
-        ends[i].record()
-    torch.cuda.synchronize()
-    return float(statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)))
+    return float(statistics.median(_gpu_samples(fn, reps, warmup, hide_launch=False)))
 
 
 def rotating(fn: Callable[[Any], Any], inputs: list[Any]) -> float:
@@ -163,8 +173,8 @@ def bench_elementwise(args: argparse.Namespace) -> list[dict[str, Any]]:
     cases = _elementwise_cases(torch)
     ops = [o for o in args.ops.split(",") if o in cases] if args.ops else list(cases)
     rows: list[dict[str, Any]] = []
-    for dtype_name in args.dtypes.split(","):
-        dtype = getattr(torch, {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[dtype_name])
+    for dtype_name in _dtypes(args, list(FLOAT_DTYPES), MEMORY_BOUND_DEFAULT):
+        dtype = getattr(torch, FLOAT_DTYPES[dtype_name])
         for size_name, shape in sizes.items():
             nbytes = shape[0] * shape[1] * torch.finfo(dtype).bits // 8
             sets = max(1, min(16, L2_ROTATE_BYTES // nbytes))
@@ -246,8 +256,8 @@ def bench_norm(args: argparse.Namespace) -> list[dict[str, Any]]:
     cases = _norm_cases(torch)
     ops = [o for o in args.ops.split(",") if o in cases] if args.ops else list(cases)
     rows: list[dict[str, Any]] = []
-    for dtype_name in args.dtypes.split(","):
-        dtype = getattr(torch, {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[dtype_name])
+    for dtype_name in _dtypes(args, list(FLOAT_DTYPES), MEMORY_BOUND_DEFAULT):
+        dtype = getattr(torch, FLOAT_DTYPES[dtype_name])
         size = torch.finfo(dtype).bits // 8
         for shape in shapes:
             nbytes = shape[0] * shape[1] * size
@@ -288,6 +298,338 @@ def bench_norm(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+# GEMM ------------------------------------------------------------------------------------------
+
+GEMM_DTYPES = ("bf16", "f16", "fp8", "int8")
+GEMM_SQUARE = (1024, 2048, 4096, 8192)
+GEMM_LLM_M = (16, 128, 1024, 8192)
+GEMM_LLM_NK = ((4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192))  # Llama-class layers
+QUICK_SQUARE = (4096, 8192)
+QUICK_LLM_M = (16, 1024)
+QUICK_LLM_NK = ((4096, 4096), (14336, 4096))
+INT8_MIN_M = 32  # torch._int_mm needs M > 16: the M = 16 rows run at M = 32 for int8
+GEMM_MAX_SETS = 64
+HIDE_LAUNCH_US = 50  # GPU sleep queued per timed call, so the host enqueues ahead of the GPU
+SLEEP_CYCLES_PER_US = 2000  # torch.cuda._sleep counts SM cycles; H100/H200 boost ~1.98 GHz
+
+
+class GemmShape(NamedTuple):
+    """One problem, ``a`` [M, K] @ ``b`` [K, N]; ``kind`` is "square" or "llm"."""
+
+    kind: str
+    m: int
+    n: int
+    k: int
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+
+class GemmCase(NamedTuple):
+    """Ours and the anchor on the same input sets; both map a call index to one call."""
+
+    b_layout: str  # "kmajor": b = W.t() for W [N, K] row-major (nn.Linear); "rowmajor": [K, N]
+    scales: str | None  # fp8: "tensor", "rowcol" or "block" (DeepSeek 1x128 / 128x128)
+    ours: Callable[[int], Any]
+    anchor: Callable[[int], Any]
+    anchor_name: str
+
+
+def gemm_shapes(kinds: Sequence[str], quick: bool) -> list[GemmShape]:
+    """Square N^3 problems and LLM layers (every M for each weight [N, K]), fewer with quick."""
+    square = QUICK_SQUARE if quick else GEMM_SQUARE
+    ms, nks = (QUICK_LLM_M, QUICK_LLM_NK) if quick else (GEMM_LLM_M, GEMM_LLM_NK)
+    shapes: list[GemmShape] = []
+    if "square" in kinds:
+        shapes += [GemmShape("square", s, s, s) for s in square]
+    if "llm" in kinds:
+        shapes += [GemmShape("llm", m, n, k) for n, k in nks for m in ms]
+    return shapes
+
+
+def gemm_goal(dtype: str, shape: GemmShape) -> float:
+    """The ratio over the anchor we aim for (PERFORMANCE.md, goals).
+
+    int8: 8x ``torch._int_mm``; fp8: cuBLAS on every shape; bf16/f16: cuBLAS on large squares
+    (>= 4096), 0.9x on LLM shapes and on the small squares (1024, 2048), which are not "large".
+    """
+    if dtype == "int8":
+        return 8.0
+    if dtype == "fp8" or (shape.kind == "square" and shape.m >= 4096):
+        return 1.0
+    return 0.9
+
+
+def fp8_scale_modes(shape: GemmShape, squares_selected: bool) -> tuple[str, ...]:
+    """Per-tensor scales on every shape; per-row/col and block scales once per large size.
+
+    Those run on the squares >= 4096, or on the M = 1024 LLM shapes when no square is selected.
+    """
+    if (shape.kind == "square" and shape.m >= 4096) or (not squares_selected and shape.m == 1024):
+        return ("tensor", "rowcol", "block")
+    return ("tensor",)
+
+
+def _rotate(fn: Callable[..., Any], *sets: list[Any]) -> Callable[[int], Any]:
+    """``i -> fn(s0[i], s1[i], ...)``, each index taken modulo its list's length."""
+    return lambda i: fn(*(s[i % len(s)] for s in sets))
+
+
+def _gemm_sets(shape: GemmShape, itemsize: int) -> int:
+    """Input sets to rotate through so that together they overflow the L2 (1 when one does)."""
+    nbytes = (shape.m + shape.n) * shape.k * itemsize
+    return max(1, min(GEMM_MAX_SETS, L2_ROTATE_BYTES // nbytes))
+
+
+def _float_cases(torch: Any, ak: Any, dtype: str, shape: GemmShape) -> list[GemmCase]:
+    """bf16 / f16: ``ak.matmul`` vs ``torch.matmul``, b K-major (``W.t()``) and row-major."""
+    tdt = getattr(torch, FLOAT_DTYPES[dtype])
+    m, n, k = shape.m, shape.n, shape.k
+    sets = _gemm_sets(shape, 2)
+    a = [torch.randn(m, k, device="cuda", dtype=tdt) for _ in range(sets)]
+    w = [torch.randn(n, k, device="cuda", dtype=tdt) for _ in range(sets)]  # weight [N, K]
+    b_k = [x.t() for x in w]
+    b_row = [x.t().contiguous() for x in w]  # same values, [K, N] row-major
+    return [
+        GemmCase("kmajor", None, _rotate(ak.matmul, a, b_k), _rotate(torch.matmul, a, b_k),
+                 "torch.matmul"),
+        GemmCase("rowmajor", None, _rotate(ak.matmul, a, b_row),
+                 _rotate(torch.matmul, a, b_row), "torch.matmul"),
+    ]  # fmt: skip
+
+
+def _fp8_scales(torch: Any, mode: str, shape: GemmShape) -> tuple[Any, Any, Any, Any]:
+    """(ours scale_a, ours scale_b, torch scale_a, torch scale_b): the same values.
+
+    block: a 1x128 (M, K/128) and b 128x128 (N/128, K/128) for us; torch._scaled_mm reads
+    scale_a (M, K/128) with strides (1, M) ("outer-dim-major") and scale_b (K/128, N/128) with
+    strides (1, K/128), i.e. our (N/128, K/128) row-major array transposed.
+    """
+    m, n, k = shape.m, shape.n, shape.k
+
+    def rand(*size: int) -> Any:
+        return torch.rand(*size, device="cuda", dtype=torch.float32) + 0.5  # never zero
+
+    if mode == "tensor":
+        sa, sb = rand(1), rand(1)
+        return sa, sb, sa, sb
+    if mode == "rowcol":
+        sa, sb = rand(m, 1), rand(1, n)
+        return sa, sb, sa, sb
+    kb, nb = math.ceil(k / 128), math.ceil(n / 128)
+    sa, sb = rand(kb, m).t(), rand(nb, kb)
+    return sa, sb, sa, sb.t()
+
+
+def _fp8_cases(
+    torch: Any, ak: Any, shape: GemmShape, modes: Sequence[str], fast_accum: bool
+) -> list[GemmCase]:
+    """fp8 e4m3, a row-major, b column-major, out bf16: ``ak.scaled_mm`` vs ``_scaled_mm``."""
+    f8, out = torch.float8_e4m3fn, torch.bfloat16
+    m, n, k = shape.m, shape.n, shape.k
+    sets = _gemm_sets(shape, 1)
+    a = [torch.randn(m, k, device="cuda").to(f8) for _ in range(sets)]
+    b = [torch.randn(n, k, device="cuda").to(f8).t() for _ in range(sets)]
+
+    def ours(x: Any, y: Any, sa: Any, sb: Any) -> Any:
+        return ak.scaled_mm(x, y, sa, sb, out_dtype=out)
+
+    def anchor(x: Any, y: Any, sa: Any, sb: Any) -> Any:
+        return torch._scaled_mm(
+            x, y, scale_a=sa, scale_b=sb, out_dtype=out, use_fast_accum=fast_accum
+        )
+
+    cases = []
+    for mode in modes:
+        sa, sb, ta, tb = _fp8_scales(torch, mode, shape)
+        cases.append(
+            GemmCase("kmajor", mode, _rotate(ours, a, b, [sa], [sb]),
+                     _rotate(anchor, a, b, [ta], [tb]), "torch._scaled_mm")
+        )  # fmt: skip
+    return cases
+
+
+def _int8_cases(torch: Any, ak: Any, shape: GemmShape) -> list[GemmCase]:
+    """int8, a row-major, b column-major, exact int32 out: ``ak.scaled_mm`` vs ``_int_mm``."""
+    m, n, k = shape.m, shape.n, shape.k
+    sets = _gemm_sets(shape, 1)
+
+    def rand(*size: int) -> Any:
+        return torch.randint(-128, 128, size, device="cuda", dtype=torch.int8)
+
+    a = [rand(m, k) for _ in range(sets)]
+    b = [rand(n, k).t() for _ in range(sets)]
+
+    def ours(x: Any, y: Any) -> Any:
+        return ak.scaled_mm(x, y, out_dtype=torch.int32)
+
+    return [GemmCase("kmajor", None, _rotate(ours, a, b), _rotate(torch._int_mm, a, b),
+                     "torch._int_mm")]  # fmt: skip
+
+
+def _gpu_samples(
+    fn: Callable[[int], Any], reps: int, warmup: int = 3, *, hide_launch: bool = True
+) -> list[float]:
+    """Milliseconds of each of ``fn(0..reps-1)``, CUDA events around each call.
+
+    ``hide_launch``: a GPU sleep queued before the timed calls lets the host enqueue all of them
+    before the GPU gets there: the events then time back-to-back kernels, not Python's launch
+    cost (the GEMM goals are about the kernel; ``bench launch`` measures the host side).
+    """
+    torch = _torch()
+    for i in range(warmup):
+        fn(i)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    torch.cuda.synchronize()
+    sleep = getattr(torch.cuda, "_sleep", None) if hide_launch else None
+    if sleep is not None:
+        sleep(reps * HIDE_LAUNCH_US * SLEEP_CYCLES_PER_US)
+    for i in range(reps):
+        starts[i].record()
+        fn(i)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [float(s.elapsed_time(e)) for s, e in zip(starts, ends, strict=True)]
+
+
+def _paired_ms(
+    ours: Callable[[int], Any], anchor: Callable[[int], Any] | None, reps: int, rounds: int = 2
+) -> tuple[float, float | None]:
+    """Median ms of ours and of the anchor, measured in alternating rounds (clock drift and
+    heating hit both alike)."""
+    mine: list[float] = []
+    theirs: list[float] = []
+    for _ in range(rounds):
+        mine += _gpu_samples(ours, reps)
+        if anchor is not None:
+            theirs += _gpu_samples(anchor, reps)
+    return statistics.median(mine), statistics.median(theirs) if theirs else None
+
+
+def _probe(torch: Any, fn: Callable[[int], Any]) -> tuple[Any, str]:
+    """One call on the first input set: (its result, "") or (None, why it failed)."""
+    try:
+        res = fn(0)
+        torch.cuda.synchronize()
+        return res, ""
+    except Exception as e:  # an anchor this torch / GPU lacks: report it, measure the rest
+        lines = str(e).strip().splitlines()
+        return None, f"{type(e).__name__}: {lines[0][:160] if lines else ''}"
+
+
+def _rel_err(ours: Any, ref: Any) -> float:
+    """||ours - ref|| / ||ref|| in float64 (0.0 when exact, as int8 should be)."""
+    d = ours.double() - ref.double()
+    return float(d.norm() / ref.double().norm().clamp_min(1e-30))
+
+
+def _gemm_row(
+    torch: Any, dtype: str, shape: GemmShape, case: GemmCase, reps: int, note: str
+) -> dict[str, Any]:
+    """Check ours against the anchor once, then time both; one table / JSON row."""
+    mine, why = _probe(torch, case.ours)
+    ref, why_anchor = _probe(torch, case.anchor)
+    notes = [note] if note else []
+    notes += [f"ours failed: {why}"] if why else []
+    notes += [f"no anchor: {why_anchor}"] if why_anchor else []
+    rel = _rel_err(mine, ref) if mine is not None and ref is not None else None
+    del mine, ref
+    t_ours: float | None = None
+    t_anchor: float | None = None
+    if not why:
+        t_ours, t_anchor = _paired_ms(case.ours, None if why_anchor else case.anchor, reps)
+    elif not why_anchor:
+        t_anchor = statistics.median(_gpu_samples(case.anchor, reps))
+    ratio = t_anchor / t_ours if t_ours and t_anchor else None
+    goal = gemm_goal(dtype, shape)
+    return {
+        "dtype": dtype, "shapes": shape.kind, "M": shape.m, "N": shape.n, "K": shape.k,
+        "b": case.b_layout, "scales": case.scales,
+        "ours_TFLOPS": shape.flops / t_ours / 1e9 if t_ours else None,
+        "anchor_TFLOPS": shape.flops / t_anchor / 1e9 if t_anchor else None,
+        "ratio": ratio, "goal": goal, "meets": ratio >= goal if ratio is not None else None,
+        "rel_err": rel, "ours_ms": t_ours, "anchor_ms": t_anchor, "anchor": case.anchor_name,
+        "note": "; ".join(notes),
+    }  # fmt: skip
+
+
+def _gemm_cases(
+    torch: Any, ak: Any, args: argparse.Namespace, dtype: str, shape: GemmShape, squares: bool
+) -> list[GemmCase]:
+    """The cases of one dtype and shape (inputs allocated here, freed with the cases)."""
+    if dtype == "int8":
+        return _int8_cases(torch, ak, shape)
+    if dtype == "fp8":
+        return _fp8_cases(torch, ak, shape, fp8_scale_modes(shape, squares), args.fast_accum)
+    return _float_cases(torch, ak, dtype, shape)
+
+
+def bench_gemm(args: argparse.Namespace) -> list[dict[str, Any]]:
+    torch = _torch()
+    import aotkernels as ak
+
+    kinds = args.shapes.split(",")
+    rows: list[dict[str, Any]] = []
+    for dtype in _dtypes(args, GEMM_DTYPES, GEMM_DTYPES):
+        for shape in gemm_shapes(kinds, args.quick):
+            note = ""
+            if dtype == "int8" and shape.m < INT8_MIN_M:
+                shape = shape._replace(m=INT8_MIN_M)
+                note = f"M={INT8_MIN_M} for int8: torch._int_mm needs M > 16"
+            cases = _gemm_cases(torch, ak, args, dtype, shape, "square" in kinds)
+            rows += [_gemm_row(torch, dtype, shape, c, args.reps, note) for c in cases]
+            cases.clear()
+            torch.cuda.empty_cache()
+    return rows
+
+
+def gemm_chart(rows: list[dict[str, Any]], path: str, title: str) -> None:
+    """Our ratio over the anchor per shape, one panel per dtype, goals marked (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = [[r for r in rows if r["dtype"] == d] for d in dict.fromkeys(r["dtype"] for r in rows)]
+    fig, axes = plt.subplots(
+        len(groups), 1, squeeze=False, figsize=(10, 0.26 * len(rows) + 1.1 * len(groups) + 0.5),
+        gridspec_kw={"height_ratios": [len(g) for g in groups]},
+    )  # fmt: skip
+    for ax, group in zip(axes[:, 0], groups, strict=True):
+        labels = [
+            f"{r['M']}x{r['N']}x{r['K']} {r['b']}" + (f" {r['scales']}" if r["scales"] else "")
+            for r in group
+        ]
+        colors = [
+            "tab:gray" if r["meets"] is None else "tab:green" if r["meets"] else "tab:red"
+            for r in group
+        ]
+        ys = range(len(group))  # positions, not labels: a square can repeat an LLM shape
+        bars = ax.barh(ys, [r["ratio"] or 0.0 for r in group], color=colors)
+        ax.bar_label(bars, [f"{r['ratio']:.2f}" if r["ratio"] else "no anchor" for r in group],
+                     fontsize=6, padding=2)  # fmt: skip
+        ax.scatter([r["goal"] for r in group], ys, marker="|", s=120, color="black")
+        ax.set_yticks(ys, labels)
+        ax.axvline(1.0, color="black", linewidth=0.6)
+        ax.set_title(f"{group[0]['dtype']} vs {group[0]['anchor']}", fontsize=9, loc="left")
+        ax.tick_params(axis="y", labelsize=7)
+        ax.invert_yaxis()
+    axes[-1, 0].set_xlabel("ours / anchor throughput (bar; | = goal; red misses it)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _gemm_chart_path(args: argparse.Namespace) -> str:
+    """--chart as given for ``bench gemm``; beside the norm chart (``-gemm`` suffix) for all."""
+    if args.what == "gemm":
+        return str(args.chart)
+    root, ext = os.path.splitext(args.chart)
+    return f"{root}-gemm{ext or '.png'}"
+
+
 def chart(rows: list[dict[str, Any]], path: str, title: str) -> None:
     """Bar chart of our speed-up over the best torch path per shape (PNG)."""
     import matplotlib
@@ -306,6 +648,15 @@ def chart(rows: list[dict[str, Any]], path: str, title: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _cell(v: Any) -> str:
+    """A table cell: floats to 3 decimals, tiny ones (errors) in exponent form."""
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.3f}" if v == 0 or abs(v) >= 0.01 else f"{v:.2e}"
+    return str(v)
+
+
 def _print(rows: list[dict[str, Any]], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -316,25 +667,65 @@ def _print(rows: list[dict[str, Any]], title: str) -> None:
     for k in rows[0]:
         t.add_column(k)
     for r in rows:
-        t.add_row(
-            *(
-                "" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
-                for v in r.values()
-            )
-        )
+        t.add_row(*(_cell(v) for v in r.values()))
     Console(width=200).print(t)
+
+
+SUITES = ("launch", "elementwise", "norm", "gemm", "all")
+SUITE_DTYPES = {"elementwise": tuple(FLOAT_DTYPES), "norm": tuple(FLOAT_DTYPES),
+                "gemm": GEMM_DTYPES}  # fmt: skip
+
+
+def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject --dtypes no chosen suite runs and --shapes gemm does not know (before torch)."""
+    if args.dtypes is not None and args.what != "launch":
+        runs = SUITE_DTYPES if args.what == "all" else {args.what: SUITE_DTYPES[args.what]}
+        known = {d for ds in runs.values() for d in ds}
+        unknown = sorted(set(args.dtypes.split(",")) - known)
+        if unknown:
+            ap.error(f"--dtypes: {unknown} not run by {args.what} (known: {sorted(known)})")
+    bad = sorted(set(args.shapes.split(",")) - {"square", "llm"})
+    if bad:
+        ap.error(f"--shapes: unknown {bad} (known: square, llm)")
+
+
+def _try_chart(rows: list[dict[str, Any]], path: str, title: str) -> None:
+    """gemm_chart when matplotlib is importable; otherwise say so and go on."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(f"aotkernels bench: no matplotlib, no chart {path}", file=sys.stderr)
+        return
+    gemm_chart(rows, path, title)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="aotkernels bench", description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["launch", "elementwise", "norm", "all"])
-    ap.add_argument("--chart", help="write a PNG chart (norm) to this file")
+    ap.add_argument("what", choices=SUITES)
+    ap.add_argument("--chart", help="write a PNG chart (norm, gemm) to this file")
     ap.add_argument("--json", help="write the results to this file")
     ap.add_argument("--calls", type=int, default=20000, help="calls per host-cost round")
     ap.add_argument("--ops", help="comma-separated ops (elementwise)")
-    ap.add_argument("--dtypes", default="bf16,f32")
+    ap.add_argument(
+        "--dtypes",
+        help="comma-separated: bf16,f16,f32 (elementwise, norm; default bf16,f32), "
+        "bf16,f16,fp8,int8 (gemm; default all four)",
+    )
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile anchor")
+    ap.add_argument(
+        "--shapes", default="square,llm", help="gemm shape sets: square, llm (default both)"
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="gemm: squares 4096, 8192 and M {16, 1024} x (N, K) {(4096, 4096), (14336, 4096)}",
+    )
+    ap.add_argument("--reps", type=int, default=50, help="gemm: timed calls per round (2 rounds)")
+    ap.add_argument(
+        "--fast-accum", action="store_true", help="gemm: use_fast_accum=True for _scaled_mm"
+    )
     args = ap.parse_args(argv)
+    _check_args(ap, args)
     torch = _torch()
     if args.ops:  # each suite runs the ops it knows; a name no suite knows is a typo
         known = {*_elementwise_cases(torch), *_norm_cases(torch)}
@@ -353,6 +744,15 @@ def main(argv: list[str] | None = None) -> int:
         _print(results["norm"], "norm / softmax bandwidth (TB/s) and ratios")
         if args.chart:
             chart(results["norm"], args.chart, f"norm and softmax on {results['device']}")
+    if args.what in ("gemm", "all"):
+        results["gemm_method"] = {
+            "reps_per_round": args.reps, "rounds": 2, "fp8_use_fast_accum": args.fast_accum,
+            "flops": "2*M*N*K", "int8_M": f"{INT8_MIN_M} where the shape set says 16",
+        }  # fmt: skip
+        results["gemm"] = bench_gemm(args)
+        _print(results["gemm"], "GEMM TFLOP/s (int8: TOP/s), ours / anchor ratio and goal")
+        if args.chart:
+            _try_chart(results["gemm"], _gemm_chart_path(args), f"GEMM on {results['device']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

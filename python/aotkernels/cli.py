@@ -160,7 +160,10 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         )
         t = _table(title, "family", "image", "why")
         for fam, c in d["families"].items():
-            t.add_row(fam, c["image"] or "[red]none[/red]", c["reason"])
+            image = c["image"] or "[red]none[/red]"
+            if c.get("paths"):
+                image += f" ({', '.join(c['paths'])})"
+            t.add_row(fam, image, c["reason"])
         con.print(t)
     return 0
 

@@ -33,13 +33,14 @@ __all__ = [
 ]
 
 # Size, alignment, C type and struct code of each parameter type the matrix may declare. A
-# `tmap` is a TMA descriptor (CUtensorMap: 128 bytes, 64-byte aligned) the runtime encodes.
+# `tmap` is a TMA descriptor (CUtensorMap: 128 bytes, 128-byte aligned in CUDA 13 headers) the
+# runtime encodes.
 _PARAM_C = {
     "ptr": (8, 8, "void*", "Q"),
     "i64": (8, 8, "int64_t", "q"),
     "i32": (4, 4, "int32_t", "i"),
     "f32": (4, 4, "float", "f"),
-    "tmap": (128, 64, "CUtensorMap", "128s"),
+    "tmap": (128, 128, "CUtensorMap", "128s"),
 }
 
 

@@ -48,6 +48,7 @@ class Call(NamedTuple):
 
     x: ArrayInfo
     stream: int
+    name: str = "x"  # the primary input's argument name, for messages
 
 
 def prepare(op: str, x: Any, stream: Any, arg: str = "x") -> Call:
@@ -57,11 +58,11 @@ def prepare(op: str, x: Any, stream: Any, arg: str = "x") -> Call:
         # The framework's current stream of x's device. torch/CuPy need the device first.
         if fw.name in ("torch", "cupy"):
             info = fw.info(x, op, arg, 0)
-            return Call(info, fw.current_stream(info.device))
+            return Call(info, fw.current_stream(info.device), arg)
         s = 0
     else:
         s = stream_handle(stream)
-    return Call(fw.info(x, op, arg, s), s)
+    return Call(fw.info(x, op, arg, s), s, arg)
 
 
 def operand(op: str, arg: str, y: Any, call: Call) -> ArrayInfo:
@@ -69,7 +70,7 @@ def operand(op: str, arg: str, y: Any, call: Call) -> ArrayInfo:
     info = framework_of(y, op, arg).info(y, op, arg, call.stream)
     if info.device != call.x.device:
         raise ValueError(
-            f"{op}: {arg} must be on the same device as x (cuda:{call.x.device}), got "
+            f"{op}: {arg} must be on the same device as {call.name} (cuda:{call.x.device}), got "
             f"cuda:{info.device}"
         )
     return info
@@ -190,7 +191,9 @@ def output(
         raise TypeError(f"{op}: out= is not supported for {fw.name} arrays (they are immutable)")
     info = operand(op, "out", out, call)
     if info.ptr == call.x.ptr and tuple(info.strides) != tuple(call.x.strides):
-        raise ValueError(f"{op}: out must not partially overlap x (in place needs equal strides)")
+        raise ValueError(
+            f"{op}: out must not partially overlap {call.name} (in place needs equal strides)"
+        )
     if tuple(info.shape) != tuple(shape):
         raise ValueError(f"{op}: out.shape must be {tuple(shape)}, got {tuple(info.shape)}")
     if info.dtype != dtype:

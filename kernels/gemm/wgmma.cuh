@@ -1,0 +1,582 @@
+// Hopper (sm_90a) GEMM path: TMA loads into 128B-swizzled shared memory, wgmma.mma_async from
+// shared-memory descriptors, warp specialization and a persistent tile loop.
+//
+//   warpgroup 0        producer: one thread issues the TMA boxes of each pipeline stage (it gives
+//                      registers back with setmaxnreg.dec, it needs almost none)
+//   warpgroups 1..C    consumers: warpgroup c owns rows [64 (c - 1), 64 c) of the CTA tile and
+//                      runs m64 x bn wgmmas on them (setmaxnreg.inc: the accumulators live in
+//                      registers)
+//
+// Stage s of the ring holds A (bm rows x 128 B of K) and B (bn rows x 128 B of K); the producer
+// waits on empty[s], the consumers on full[s] (completed by the TMA transaction bytes). The
+// consumers keep one wgmma batch in flight and release a stage once the batch reading it retired.
+// Tiles are walked persistently (tile += gridDim.x) in groups of kGroupM tile rows, so the CTAs in
+// flight share A rows and B columns in L2. The epilogue stages each warpgroup's accumulators
+// through shared memory, 32 columns at a time, and runs rows of them through the shared
+// ak::gemm::epilogue2 / epilogue2_s32 (scales, bias, conversion, bounds-checked coalesced stores);
+// the producer meanwhile prefetches the next tile's stages.
+//
+// Operand layouts are compiled in (V::a_mmajor, V::b_kmajor). K-major operands use K-major
+// descriptors (one 128-byte swizzle row = the stage's whole K); M/N-major 16-bit operands keep the
+// TMA boxes (64 elements of M/N x BK rows of K) as they land and use the transpose bits with
+// MN-major descriptors. 8-bit operands are K-major only (the wgmma rule; the host guarantees it).
+//
+// fp8 block scales (scale modes 3): BK = 128 is exactly one scale block, so each stage's partial
+// sum goes into temporary registers (an n128 wgmma batch per 128 columns, which is also the
+// scale_b block width) that are waited for and added to the main accumulators with
+// scale_a(row, kb) * scale_b(col block, kb): the two-level accumulation of DeepSeek-V3, which also
+// keeps fp8 wgmma's reduced-precision accumulation to one block.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "epilogue.cuh"
+
+namespace ak::gemm::wg {
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// ---- shared-memory barriers and TMA ---------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+__device__ __forceinline__ void bar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void bar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+// The producer's own arrival, announcing the bytes the stage's TMA boxes will complete.
+__device__ __forceinline__ void bar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// One 2-D box of `map` at element coordinates (inner, outer) into shared memory at dst.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                         int32_t inner, int32_t outer) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(inner), "r"(outer)
+      : "memory");
+}
+
+// ---- wgmma ---------------------------------------------------------------------------------
+
+// Shared-memory matrix descriptor of a 128B-swizzled operand at byte address `addr` (1024-byte
+// aligned swizzle atoms, so base_offset stays 0). K-major: sbo = stride between 8-row groups, lbo
+// unused. MN-major: lbo = stride between 64-element MN blocks, sbo = stride between 8-row K groups.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | static_cast<uint64_t>(lbo >> 4) << 16 |
+         static_cast<uint64_t>(sbo >> 4) << 32 | 1ull << 62;  // layout type 1: SWIZZLE_128B
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+
+// The wgmma asm statements look synchronous to the compiler; these empty asm statements pin the
+// accumulator registers so no read or write of them moves across a fence / wait.
+template <class Acc, int kN>
+__device__ __forceinline__ void fence_acc(Acc (&d)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    if constexpr (std::is_same_v<Acc, float>) {
+      asm volatile("" : "+f"(d[i])::"memory");
+    } else {
+      asm volatile("" : "+r"(d[i])::"memory");
+    }
+  }
+}
+
+#define AK_WG_D64                                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"           \
+  " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+  " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+  " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define AK_WG_D128                                                                       \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"               \
+  " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"     \
+  " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"     \
+  " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"     \
+  " %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"     \
+  " %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"     \
+  " %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109,"     \
+  " %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123," \
+  " %124, %125, %126, %127}"
+#define AK_WG_ACC8(C, i) \
+  C(d[i]), C(d[i + 1]), C(d[i + 2]), C(d[i + 3]), C(d[i + 4]), C(d[i + 5]), C(d[i + 6]), C(d[i + 7])
+#define AK_WG_ACC64(C, i)                                                               \
+  AK_WG_ACC8(C, i), AK_WG_ACC8(C, i + 8), AK_WG_ACC8(C, i + 16), AK_WG_ACC8(C, i + 24), \
+      AK_WG_ACC8(C, i + 32), AK_WG_ACC8(C, i + 40), AK_WG_ACC8(C, i + 48), AK_WG_ACC8(C, i + 56)
+#define AK_WG_ACC_N128(C) AK_WG_ACC64(C, 0)
+#define AK_WG_ACC_N256(C) AK_WG_ACC64(C, 0), AK_WG_ACC64(C, 64)
+// One wgmma with accumulators d, descriptors a / b and scale_d (0: d = a * b, else d += a * b).
+// IA/IB/IS are the operand numbers of a, b and scale_d (they follow the accumulators); TAIL is
+// the instruction's immediate operands after scale-d, matched by the extra inputs in `...`.
+#define AK_WG_MMA(INSTR, DREGS, ACC, C, IA, IB, IS, TAIL, ...)                                    \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS ", 0;\n" INSTR " " DREGS ", %" IA ", %" IB \
+               ", p" TAIL ";\n}\n"                                                                \
+               : ACC(C)                                                                           \
+               : "l"(a), "l"(b), "r"(scale_d)__VA_ARGS__)
+
+template <class T>
+using AccT = std::conditional_t<std::is_same_v<T, int8_t>, int32_t, float>;
+
+// d (m64 x kN fragment) = a * b (+ d unless scale_d == 0), one K step of 32 bytes. kTA / kTB: the
+// operand is MN-major in shared memory (16-bit types only).
+template <class T, int kN, bool kTA, bool kTB>
+__device__ __forceinline__ void mma(AccT<T> (&d)[kN / 2], uint64_t a, uint64_t b,
+                                    uint32_t scale_d) {
+  static_assert(kN == 128 || kN == 256, "wgmma tile widths used by this path");
+  static_assert(sizeof(T) == 2 || (!kTA && !kTB), "8-bit wgmma operands are K-major only");
+  constexpr int ta = kTA, tb = kTB;
+  if constexpr (std::is_same_v<T, __half> && kN == 128) {
+    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", AK_WG_D64, AK_WG_ACC_N128,
+              "+f", "64", "65", "66", ", 1, 1, %67, %68", , "n"(ta), "n"(tb));
+  } else if constexpr (std::is_same_v<T, __half>) {
+    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", AK_WG_D128, AK_WG_ACC_N256,
+              "+f", "128", "129", "130", ", 1, 1, %131, %132", , "n"(ta), "n"(tb));
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16> && kN == 128) {
+    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", AK_WG_D64, AK_WG_ACC_N128,
+              "+f", "64", "65", "66", ", 1, 1, %67, %68", , "n"(ta), "n"(tb));
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", AK_WG_D128, AK_WG_ACC_N256,
+              "+f", "128", "129", "130", ", 1, 1, %131, %132", , "n"(ta), "n"(tb));
+  } else if constexpr (std::is_same_v<T, __nv_fp8_e4m3> && kN == 128) {
+    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", AK_WG_D64, AK_WG_ACC_N128,
+              "+f", "64", "65", "66", ", 1, 1");
+  } else if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
+    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3", AK_WG_D128, AK_WG_ACC_N256,
+              "+f", "128", "129", "130", ", 1, 1");
+  } else if constexpr (std::is_same_v<T, __nv_fp8_e5m2> && kN == 128) {
+    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e5m2", AK_WG_D64, AK_WG_ACC_N128,
+              "+f", "64", "65", "66", ", 1, 1");
+  } else if constexpr (std::is_same_v<T, __nv_fp8_e5m2>) {
+    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n256k32.f32.e5m2.e5m2", AK_WG_D128, AK_WG_ACC_N256,
+              "+f", "128", "129", "130", ", 1, 1");
+  } else if constexpr (std::is_same_v<T, int8_t> && kN == 128) {
+    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8", AK_WG_D64, AK_WG_ACC_N128, "+r",
+              "64", "65", "66", "");
+  } else {
+    static_assert(std::is_same_v<T, int8_t>, "element type without a wgmma path");
+    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8", AK_WG_D128, AK_WG_ACC_N256, "+r",
+              "128", "129", "130", "");
+  }
+}
+
+#undef AK_WG_MMA
+#undef AK_WG_ACC_N256
+#undef AK_WG_ACC_N128
+#undef AK_WG_ACC64
+#undef AK_WG_ACC8
+#undef AK_WG_D128
+#undef AK_WG_D64
+
+// ---- the kernel ----------------------------------------------------------------------------
+
+template <class T, class V>
+struct Kernel {
+  static constexpr bool kInt8 = std::is_same_v<T, int8_t>;
+  static constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>;
+  static constexpr int kBM = V::bm, kBN = V::bn, kStages = V::stages;
+  static constexpr int kBK = V::k_bytes / sizeof(T);  // K per stage
+  static constexpr int kKSteps = V::k_bytes / 32;     // wgmmas per stage (32 bytes of K each)
+  static constexpr int kConsumers = V::threads / 128 - 1;
+  static constexpr int kBoxBytes = 64 * 128;  // one 64-row (or 64 x 128 B MN) swizzled box
+  static constexpr int kABytes = kBM * 128, kBBytes = kBN * 128;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  // Epilogue staging, per consumer warpgroup: its 64 rows x kChunk columns of accumulators. The
+  // row pitch of kChunk + 8 words puts the fragment's 8 rows x 4 lanes (8-byte stores) on
+  // distinct banks.
+  static constexpr int kChunk = 32, kPitch = kChunk + 8;
+  static constexpr int kEpiBytes = 64 * kPitch * 4;
+  // Stages, epilogue staging, then full[] and empty[] barriers; +1024 to align the base for the
+  // 128B swizzle.
+  static constexpr int kEpiOffset = kStages * kStageBytes;
+  static constexpr int kBarOffset = kEpiOffset + kConsumers * kEpiBytes;
+  static constexpr int kSmemUsed = kBarOffset + 2 * kStages * 8 + 1024;
+  // Tile rows per group of the persistent walk (L2 reuse of B across the group's CTAs).
+  static constexpr int kGroupM = 8;
+  // setmaxnreg split of the 64K-register file: the producer keeps the minimum it needs, the
+  // consumers (m64 x 256 f32 accumulators = 128 registers, plus fp8 block-scale partials) take
+  // 232; 2 consumers + 1 producer warpgroup: 2 * 128 * 232 + 128 * 40 = 64512.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+
+  static_assert(!V::layout_from_flags, "wgmma variants compile their operand layout in");
+  static_assert(V::k_bytes == 128, "one 128-byte swizzle row of K per stage");
+  static_assert(kBM == 64 * kConsumers, "one m64 consumer warpgroup per 64 tile rows");
+  static_assert(kBN % 128 == 0 && kBN <= 256, "n128 / n256 wgmma tiles");
+  static_assert(sizeof(T) == 2 || (!V::a_mmajor && V::b_kmajor), "8-bit operands are K-major");
+  static_assert(kSmemUsed <= V::smem, "pipeline does not fit the variant's shared memory");
+  static_assert(kConsumers * 128 * kConsumerRegs + 128 * kProducerRegs <= 65536);
+
+  using Acc = AccT<T>;
+  using Pair = std::conditional_t<kInt8, int2, float2>;
+
+  struct Tile {
+    int32_t m0, n0;
+  };
+
+  // Grouped order: kGroupM tile rows are walked column by column, so concurrently running CTAs
+  // cover a compact block of the output.
+  static __device__ __forceinline__ Tile tile_at(int64_t tile, int64_t tiles_m, int64_t tiles_n) {
+    const int64_t group_tiles = kGroupM * tiles_n;
+    const int64_t first_m = tile / group_tiles * kGroupM;
+    const int64_t group_m = min(tiles_m - first_m, static_cast<int64_t>(kGroupM));
+    const int64_t r = tile % group_tiles;
+    return {static_cast<int32_t>((first_m + r % group_m) * kBM),
+            static_cast<int32_t>(r / group_m * kBN)};
+  }
+
+  static __device__ __forceinline__ void produce(const ak_gemm_params& p, uint32_t smem,
+                                                 uint32_t full, uint32_t empty, int64_t num_tiles,
+                                                 int64_t tiles_m, int64_t tiles_n,
+                                                 int32_t k_tiles) {
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+      const Tile t = tile_at(tile, tiles_m, tiles_n);
+      for (int32_t kt = 0; kt < k_tiles; ++kt) {
+        // Parity phase ^ 1 passes at once on a fresh barrier: the ring starts empty.
+        bar_wait(empty + 8 * stage, phase ^ 1);
+        const uint32_t bar = full + 8 * stage;
+        bar_arrive_expect_tx(bar, kStageBytes);
+        const uint32_t a = smem + stage * kStageBytes, b = a + kABytes;
+        const int32_t k0 = kt * kBK;
+        if constexpr (V::a_mmajor) {
+#pragma unroll
+          for (int i = 0; i < kBM / 64; ++i)
+            tma_load(a + i * kBoxBytes, &p.tmap_a, bar, t.m0 + 64 * i, k0);
+        } else {
+          tma_load(a, &p.tmap_a, bar, k0, t.m0);
+        }
+        if constexpr (V::b_kmajor) {
+          tma_load(b, &p.tmap_b, bar, k0, t.n0);
+        } else {
+#pragma unroll
+          for (int j = 0; j < kBN / 64; ++j)
+            tma_load(b + j * kBoxBytes, &p.tmap_b, bar, t.n0 + 64 * j, k0);
+        }
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+  }
+
+  // Descriptors of K step 0 of a stage; step kk adds kk * step_a / step_b bytes (>> 4) to them.
+  // K-major: SBO = 1024 (8 rows of 128 B), LBO unused by swizzled K-major layouts (encoded 1).
+  // MN-major: LBO = 8192 (next 64-element MN box), SBO = 1024 (next 8 rows of K).
+  static constexpr uint32_t lbo_a = V::a_mmajor ? kBoxBytes : 16;
+  static constexpr uint32_t lbo_b = V::b_kmajor ? 16 : kBoxBytes;
+  // K-major: 32 bytes along the swizzled row. MN-major: 16 rows of K (16-bit types) of 128 B.
+  static constexpr uint32_t step_a = V::a_mmajor ? 16 * 128 : 32;
+  static constexpr uint32_t step_b = V::b_kmajor ? 32 : 16 * 128;
+  static __device__ __forceinline__ uint64_t desc_a(uint32_t a_stage, int consumer) {
+    // K-major: this warpgroup's 64 rows of 128 B. M-major: its own 64-wide M box (K rows).
+    return smem_desc(a_stage + consumer * kBoxBytes, lbo_a, 1024);
+  }
+  static __device__ __forceinline__ uint64_t desc_b(uint32_t b_stage) {
+    return smem_desc(b_stage, lbo_b, 1024);
+  }
+
+  static __device__ __forceinline__ void release(uint32_t empty, int stage) {
+    if (threadIdx.x % 32 == 0) bar_arrive(empty + 8 * stage);
+  }
+
+  // Writes the warpgroup's 64 x kBN accumulators through `buf` (its staging area), kChunk columns
+  // at a time: the fragment goes to shared memory (m64nN fragment: register 4 j + r holds row
+  // warp * 16 + lane / 4 + 8 (r / 2), column 8 j + 2 (lane % 4) + r % 2), then each half-warp
+  // reads back one row's kChunk columns and runs them through the shared epilogue, so rows leave
+  // as contiguous runs. The chunk loop stays rolled (only the fragment write is per chunk): fully
+  // unrolled, the epilogue's code outgrew the instruction cache and ran at half speed.
+  static __device__ __forceinline__ void store_tile(const ak_gemm_params& p, const Tile& t,
+                                                    int consumer, Acc (&acc)[kBN / 2], Acc* buf) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+    Acc* frag = buf + (warp * 16 + lane / 4) * kPitch + 2 * (lane % 4);
+    const Acc* line = buf + (2 * warp + lane / 16) * kPitch + 2 * (lane % 16);
+    const int64_t row = t.m0 + consumer * 64 + 2 * warp + lane / 16;
+#pragma unroll 1
+    for (int c = 0; c < kBN / kChunk; ++c) {
+#pragma unroll
+      for (int cc = 0; cc < kBN / kChunk; ++cc) {
+        if (cc != c) continue;
+#pragma unroll
+        for (int jj = 0; jj < kChunk / 8; ++jj) {
+          const int j = cc * kChunk / 8 + jj;
+          *reinterpret_cast<Pair*>(frag + 8 * jj) = {acc[4 * j], acc[4 * j + 1]};
+          *reinterpret_cast<Pair*>(frag + 8 * kPitch + 8 * jj) = {acc[4 * j + 2], acc[4 * j + 3]};
+        }
+      }
+      consumer_sync(consumer);
+      store_chunk(p, row, t.n0 + c * kChunk + 2 * (lane % 16), line);
+      consumer_sync(consumer);  // the next chunk overwrites the staging area
+    }
+  }
+
+  // One staged chunk through the shared epilogue, in a copy specialized for the common
+  // parameter combinations: no scales, or (8-bit operands) per-tensor / per-row-and-column
+  // scales, each per output dtype. The epilogue is latency-bound (only the 8 consumer warps run
+  // it), and its run-time dispatch both lengthens each element pair's dependency chain and, fully
+  // inlined, outgrows the instruction cache.
+  static __device__ __forceinline__ void store_chunk(const ak_gemm_params& p, int64_t row,
+                                                     int64_t col, const Acc* line) {
+    const int mode = p.scale_mode_a == p.scale_mode_b ? p.scale_mode_a : -1;
+    if (mode == kScaleNone) {
+      switch (p.out_dtype) {
+        case kOutBF16:
+          return store_rows<kOutBF16, kScaleNone>(p, row, col, line);
+        case kOutF16:
+          return store_rows<kOutF16, kScaleNone>(p, row, col, line);
+        case kOutF32:
+          return store_rows<kOutF32, kScaleNone>(p, row, col, line);
+        case kOutS32:
+          return store_rows<kInt8 ? kOutS32 : -1, kScaleNone>(p, row, col, line);
+      }
+    }
+    if constexpr (sizeof(T) == 1) {
+      if (mode == kScaleTensor || mode == kScaleVector) {
+        const bool tensor = mode == kScaleTensor;
+        switch (p.out_dtype) {
+          case kOutBF16:
+            return tensor ? store_rows<kOutBF16, kScaleTensor>(p, row, col, line)
+                          : store_rows<kOutBF16, kScaleVector>(p, row, col, line);
+          case kOutF16:
+            return tensor ? store_rows<kOutF16, kScaleTensor>(p, row, col, line)
+                          : store_rows<kOutF16, kScaleVector>(p, row, col, line);
+          case kOutF32:
+            return tensor ? store_rows<kOutF32, kScaleTensor>(p, row, col, line)
+                          : store_rows<kOutF32, kScaleVector>(p, row, col, line);
+        }
+      }
+    }
+    store_rows<-1, -1>(p, row, col, line);
+  }
+
+  // This thread's 8 rows (8 apart) x 2 columns of a staged chunk. kOut >= 0: the output dtype
+  // and kMode both operands' scale mode, written into a local copy of the parameters as constants
+  // so the epilogue's dispatch on them folds away; batches of 4 rows load first, then store, so
+  // the shared-memory latency is not on each store's path (the epilogue's bounds checks are
+  // branches the loads would not be hoisted over). kOut < 0: the parameters as given, one row at
+  // a time (the generic epilogue is too large to unroll).
+  template <int kOut, int kMode>
+  static __device__ __forceinline__ void store_rows(const ak_gemm_params& p, int64_t row,
+                                                    int64_t col, const Acc* line) {
+    ak_gemm_params q = p;
+    if constexpr (kOut >= 0) {
+      q.out_dtype = kOut;
+      q.scale_mode_a = q.scale_mode_b = kMode;
+    }
+    constexpr int kBatch = kOut >= 0 ? 4 : 1;
+#pragma unroll 1
+    for (int i0 = 0; i0 < 8; i0 += kBatch) {
+      Pair v[kBatch];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        v[i] = *reinterpret_cast<const Pair*>(line + 8 * (i0 + i) * kPitch);
+      }
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        if constexpr (kInt8) {
+          epilogue2_s32(q, row + 8 * (i0 + i), col, v[i].x, v[i].y);
+        } else {
+          epilogue2(q, row + 8 * (i0 + i), col, v[i].x, v[i].y);
+        }
+      }
+    }
+  }
+
+  // Barrier over one consumer warpgroup (ids 1..kConsumers; 0 is __syncthreads).
+  static __device__ __forceinline__ void consumer_sync(int consumer) {
+    asm volatile("bar.sync %0, 128;" ::"r"(consumer + 1) : "memory");
+  }
+
+  static __device__ __forceinline__ void consume(const ak_gemm_params& p, uint32_t smem,
+                                                 uint32_t full, uint32_t empty, Acc* buf,
+                                                 int64_t num_tiles, int64_t tiles_m,
+                                                 int64_t tiles_n, int32_t k_tiles) {
+    const int consumer = threadIdx.x / 128 - 1;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+      const Tile t = tile_at(tile, tiles_m, tiles_n);
+      Acc acc[kBN / 2];
+#pragma unroll
+      for (int i = 0; i < kBN / 2; ++i) acc[i] = 0;
+      int last = 0;
+      for (int32_t kt = 0; kt < k_tiles; ++kt) {
+        bar_wait(full + 8 * stage, phase);
+        const uint32_t a = smem + stage * kStageBytes;
+        const uint64_t da = desc_a(a, consumer), db = desc_b(a + kABytes);
+        fence_acc(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kKSteps; ++kk) {
+          mma<T, kBN, V::a_mmajor, !V::b_kmajor>(acc, da + (kk * step_a >> 4),
+                                                 db + (kk * step_b >> 4), 1);
+        }
+        wgmma_commit();
+        // The batch before this one has retired: its stage can be refilled.
+        wgmma_wait<1>();
+        fence_acc(acc);
+        if (kt > 0) release(empty, stage == 0 ? kStages - 1 : stage - 1);
+        last = stage;
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      wgmma_wait<0>();
+      fence_acc(acc);
+      release(empty, last);
+      store_tile(p, t, consumer, acc, buf);
+    }
+  }
+
+  // fp8 with 1x128 / 128x128 block scales: per stage (= one 128-wide K block) and per 128 columns
+  // (= one scale_b block), a fresh n128 partial sum is scaled into the f32 accumulators.
+  static __device__ __forceinline__ void consume_block_scaled(const ak_gemm_params& p,
+                                                              uint32_t smem, uint32_t full,
+                                                              uint32_t empty, float* buf,
+                                                              int64_t num_tiles, int64_t tiles_m,
+                                                              int64_t tiles_n, int32_t k_tiles) {
+    static_assert(kBK == kScaleBlockK && kScaleBlockN == 128);
+    const int consumer = threadIdx.x / 128 - 1;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+      const Tile t = tile_at(tile, tiles_m, tiles_n);
+      const int64_t row = t.m0 + consumer * 64 + warp * 16 + lane / 4;
+      // Rows past M read row M - 1's scales (their results are never stored).
+      const int64_t row0 = min(row, p.m - 1), row1 = min(row + 8, p.m - 1);
+      float acc[kBN / 2];
+#pragma unroll
+      for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.0f;
+      for (int32_t kt = 0; kt < k_tiles; ++kt) {
+        const float sa0 = block_scale_a(p, row0, kt), sa1 = block_scale_a(p, row1, kt);
+        bar_wait(full + 8 * stage, phase);
+        const uint32_t a = smem + stage * kStageBytes;
+        const uint64_t da = desc_a(a, consumer), db = desc_b(a + kABytes);
+#pragma unroll
+        for (int h = 0; h < kBN / 128; ++h) {
+          const float sb = block_scale_b(p, min(static_cast<int64_t>(t.n0 + 128 * h), p.n - 1), kt);
+          float part[64];
+          fence_acc(part);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < kKSteps; ++kk) {
+            // 128 rows of B further on: 128 x 128 B, a whole number of swizzle atoms.
+            mma<T, 128, false, false>(part, da + (kk * step_a >> 4),
+                                      db + ((128 * 128 * h + kk * step_b) >> 4), kk != 0);
+          }
+          wgmma_commit();
+          wgmma_wait<0>();
+          fence_acc(part);
+          const float s0 = sa0 * sb, s1 = sa1 * sb;
+#pragma unroll
+          for (int i = 0; i < 64; i += 4) {
+            acc[64 * h + i] += part[i] * s0;
+            acc[64 * h + i + 1] += part[i + 1] * s0;
+            acc[64 * h + i + 2] += part[i + 2] * s1;
+            acc[64 * h + i + 3] += part[i + 3] * s1;
+          }
+        }
+        release(empty, stage);
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      store_tile(p, t, consumer, acc, buf);
+    }
+  }
+
+  static __device__ __forceinline__ void run(const ak_gemm_params& p) {
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t raw = smem_u32(smem_raw), smem = (raw + 1023) & ~1023u;
+    const uint32_t full = smem + kBarOffset, empty = full + 8 * kStages;
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kStages; ++s) {
+        bar_init(full + 8 * s, 1);                // the producer's expect_tx arrival
+        bar_init(empty + 8 * s, kConsumers * 4);  // one arrival per consumer warp
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    const int64_t tiles_m = (p.m + kBM - 1) / kBM, tiles_n = (p.n + kBN - 1) / kBN;
+    const int64_t num_tiles = tiles_m * tiles_n;
+    const int32_t k_tiles = static_cast<int32_t>((p.k + kBK - 1) / kBK);
+    if (threadIdx.x < 128) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
+      if (threadIdx.x == 0) {
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&p.tmap_a))
+                     : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&p.tmap_b))
+                     : "memory");
+        produce(p, smem, full, empty, num_tiles, tiles_m, tiles_n, k_tiles);
+      }
+      return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs));
+    Acc* buf = reinterpret_cast<Acc*>(smem_raw + (smem - raw) + kEpiOffset +
+                                      (threadIdx.x / 128 - 1) * kEpiBytes);
+    if constexpr (kFp8) {
+      if (p.scale_mode_a == kScaleBlock) {
+        consume_block_scaled(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles);
+        return;
+      }
+    }
+    consume(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles);
+  }
+};
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// The entry body: the kernel on sm_90a, empty in every other compilation pass (host and other
+// targets see only a declaration-compatible shell; the build instantiates it for sm_90a only).
+template <class T, class V>
+__device__ __forceinline__ void entry(const ak_gemm_params& p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  Kernel<T, V>::run(p);
+#endif
+}
+
+}  // namespace ak::gemm::wg
+
+#define AK_ENTRY_WGMMA(symbol, op, T, V)                      \
+  extern "C" __global__ void __launch_bounds__(V::threads, 1) \
+      symbol(const __grid_constant__ ak_gemm_params p) {      \
+    ak::gemm::wg::entry<T, V>(p);                             \
+  }
