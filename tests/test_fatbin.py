@@ -22,7 +22,7 @@ from aotkernels.manifest import (
     load_manifest,
     write_manifest,
 )
-from aotkernels.plan import make_plan
+from aotkernels.plan import entry_json, make_plan
 
 KERNEL = r"""
 extern "C" __global__ void ak_test_scale(float* y, const float* x, float a, long long n) {
@@ -192,9 +192,7 @@ def test_installed_images_are_what_the_matrix_promised(installed_kernels: Path) 
         fam = manifest["families"][name]
         found = sorted((r["kind"], r["arch"], r["variant"]) for r in fam["images"])
         assert found == sorted(fp.expected_images()), name
-        assert fam["entries"] == [
-            {"symbol": e.symbol, "op": e.op, "dtype": e.dtype} for e in fp.entries()
-        ]
+        assert fam["entries"] == [entry_json(e) for e in fp.entries()]
         assert [list(p) for p in fp.family.params] == fam["params"]
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "FamilyPlan",
     "PlanError",
     "check_toolkit",
+    "entry_json",
     "image_order",
     "make_plan",
     "param_layout",
@@ -338,7 +339,7 @@ def plan_json(plan: BuildPlan) -> dict[str, Any]:
             "ptx": list(fp.ptx),
             "skipped": [list(s) for s in fp.skipped],
             "images": [list(i) for i in fp.expected_images()],
-            "entries": [_entry_json(e) for e in fp.entries()],
+            "entries": [entry_json(e) for e in fp.entries()],
             "variants": {
                 v.name: {"path": v.path, "requires": list(v.requires), **dict(v.constants)}
                 for v in fp.family.variants
@@ -350,7 +351,8 @@ def plan_json(plan: BuildPlan) -> dict[str, Any]:
     return out
 
 
-def _entry_json(e: Entry) -> dict[str, Any]:
+def entry_json(e: Entry) -> dict[str, Any]:
+    """An entry as plan.json and the manifest record it (variant entries say where they are)."""
     out: dict[str, Any] = {"symbol": e.symbol, "op": e.op, "dtype": e.dtype}
     if e.variant:
         out.update(variant=e.variant, layout=e.layout, images=list(e.images))
