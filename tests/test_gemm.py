@@ -92,14 +92,12 @@ class FakeGpu:
         self.names = [name for name, _ in self.spec.params]
         ptrs = [name for name, ptype in self.spec.params if ptype == "ptr"]
         self.ptr_offsets = [off for name, off in offsets if name in ptrs]
+        self.field_offsets = dict(offsets)
         self.launches: list[_Launch] = []
         self.use("sm_90a")
         monkeypatch.setattr(loader, "family_on", lambda name, dev: self.family)
         monkeypatch.setattr(arrays.Framework, "empty", self._empty)
         monkeypatch.setattr(_core, "LaunchPlan", self._plan)
-        monkeypatch.setattr(
-            gemm, "_LAYOUT", gemm._Layout(dict(offsets), {n: i for i, n in enumerate(ptrs)})
-        )
         monkeypatch.setattr(gemm, "_PLANS", {})
         for var in (ENV, "AOTKERNELS_GEMM_TCGEN05"):
             monkeypatch.delenv(var, raising=False)
@@ -121,6 +119,7 @@ class FakeGpu:
             variants=variants,
             params=self.struct,
             ptr_offsets=self.ptr_offsets,
+            field_offsets=self.field_offsets,
         )
 
     def _empty(self, like: Any, shape: Any, dtype: str) -> Any:

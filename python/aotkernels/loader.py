@@ -36,6 +36,7 @@ class LoadedFamily:
     blob: bytes  # the image given to cuLibraryLoadData, held for the library's lifetime
     params: struct.Struct
     ptr_offsets: list[int]  # byte offsets of the pointer fields, in struct order
+    field_offsets: dict[str, int]  # every parameter's byte offset, by name
     kernels: dict[str, int] = field(default_factory=dict)  # symbol -> CUfunction (primary ctx)
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> constants
     binary_version: int = 0  # CU_FUNC_ATTRIBUTE_BINARY_VERSION of the loaded image, e.g. 90
@@ -151,15 +152,19 @@ def _load(name: str, dev: _device.DeviceInfo) -> LoadedFamily:
             f"{KERNELS_DIR / fam['file']}: the driver could not load image {choice.target}: "
             f"{err.name}"
         )
-    offsets = [
-        off
-        for (pname, off), (_, ptype) in zip(
-            param_layout(fam["params"])[2], fam["params"], strict=True
-        )
-        if ptype == "ptr"
-    ]
-    loaded = LoadedFamily(name, dev, choice, lib, blob, struct.Struct(fam["param_format"]), offsets)
-    loaded.variants = dict(fam.get("variants", {}))
+    fields = dict(param_layout(fam["params"])[2])
+    offsets = [fields[pname] for pname, ptype in fam["params"] if ptype == "ptr"]
+    loaded = LoadedFamily(
+        name,
+        dev,
+        choice,
+        lib,
+        blob,
+        struct.Struct(fam["param_format"]),
+        offsets,
+        fields,
+        variants=dict(fam.get("variants", {})),
+    )
     attr = cu.CUfunction_attribute
     err, cudev = cu.cuDeviceGet(dev.index)
     # Launch through each kernel's CUfunction in the device's primary context (where every op

@@ -34,7 +34,6 @@ from typing import Any, NamedTuple
 from .. import loader as _loader
 from ..arrays import ITEMSIZE, TORCH_TYPES, ArrayInfo, dtype_name, stream_handle
 from ..errors import NoKernelImageError
-from ..plan import param_layout
 from ._common import check_disjoint, check_dtype, finish, operand, output, prepare
 
 __all__ = ["matmul", "scaled_mm"]
@@ -263,24 +262,6 @@ def _scales(
     return _Scales(mode_a, mode_b, sa, sb, (sa_s0, 0), (sb_s0, 0))
 
 
-class _Layout(NamedTuple):
-    fmt_offsets: dict[str, int]
-    ptr_index: dict[str, int]
-
-
-_LAYOUT: _Layout | None = None
-
-
-def _param_offsets() -> _Layout:
-    global _LAYOUT
-    if _LAYOUT is None:
-        params = _loader.manifest()["families"][FAMILY]["params"]
-        _, _, offsets = param_layout([tuple(p) for p in params])
-        ptrs = [name for name, ptype in params if ptype == "ptr"]
-        _LAYOUT = _Layout(dict(offsets), {name: i for i, name in enumerate(ptrs)})
-    return _LAYOUT
-
-
 def _tensor_maps(
     pick: _Pick, fam: Any, a: ArrayInfo, la: _Operand, b: ArrayInfo, lb: _Operand, m: int, n: int,
     k: int,
@@ -292,7 +273,6 @@ def _tensor_maps(
     item = ITEMSIZE[a.dtype]
     bk = int(v["k_bytes"]) // item
     box_inner = 128 // item
-    lay = _param_offsets()
     maps = []
     for name, info, ld, outer_extent, tile, k_major in (
         ("a", a, la.ld, m, int(v["bm"]), la.major == "k"),
@@ -301,8 +281,8 @@ def _tensor_maps(
         inner, outer = (k, outer_extent) if k_major else (outer_extent, k)
         maps.append(
             (
-                lay.fmt_offsets[f"tmap_{name}"],
-                lay.ptr_index[name],
+                fam.field_offsets[f"tmap_{name}"],
+                fam.ptr_offsets.index(fam.field_offsets[name]),
                 _TMA_TYPES[info.dtype],
                 inner,
                 outer,
