@@ -11,6 +11,9 @@ from typing import Any
 from .errors import AotKernelsError, DriverTooOldError, NoKernelImageError
 from .loader import preload
 from .ops import (
+    attention,
+    attention_decode,
+    attention_varlen,
     fused_add_rms_norm,
     gelu,
     gelu_and_mul,
@@ -32,6 +35,9 @@ __all__ = [
     "DriverTooOldError",
     "NoKernelImageError",
     "__version__",
+    "attention",
+    "attention_decode",
+    "attention_varlen",
     "doctor",
     "fused_add_rms_norm",
     "gelu",

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from .activation import gelu, relu, sigmoid, silu
+from .attention import attention, attention_decode, attention_varlen
 from .gated import gelu_and_mul, silu_and_mul
 from .gemm import matmul, scaled_mm
 from .norm import fused_add_rms_norm, layer_norm, rms_norm
 from .softmax import softmax
 
 __all__ = [
+    "attention",
+    "attention_decode",
+    "attention_varlen",
     "fused_add_rms_norm",
     "gelu",
     "gelu_and_mul",
