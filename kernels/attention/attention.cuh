@@ -66,14 +66,14 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
-// One 16-byte chunk global -> shared; a null source writes zeros. sm_80+: cp.async, completed by
-// commit/wait groups; sm_75 has no cp.async, so the copy goes through registers and is complete
-// (for the barrier that follows) when the call returns.
-__device__ __forceinline__ void copy16(uint8_t* dst, const void* src) {
+// One 16-byte chunk global -> shared; a null source writes zeros (cp.async then reads 0 bytes
+// but still wants a global address: `fallback`, the operand's base). sm_80+: cp.async, completed
+// by commit/wait groups; sm_75 has no cp.async, so the copy goes through registers and is
+// complete (for the barrier that follows) when the call returns.
+__device__ __forceinline__ void copy16(uint8_t* dst, const void* src, const void* fallback) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  const void* from = src != nullptr ? src : dst;  // any valid address: 0 bytes are read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(from),
-               "r"(src != nullptr ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
+               "l"(src != nullptr ? src : fallback), "r"(src != nullptr ? 16 : 0));
 #else
   *reinterpret_cast<uint4*>(dst) =
       src != nullptr ? __ldg(reinterpret_cast<const uint4*>(src)) : make_uint4(0, 0, 0, 0);
@@ -166,7 +166,7 @@ __device__ __forceinline__ float fast_tanh(float x) {
 // Copies rows [0, kRows) of a tile: row_src(r) is row r's first element, or null for a row
 // outside the sequence; chunks past d are zero-filled, so padded head dims contribute nothing.
 template <int kD, int kRows, int kThreads, class RowSrc>
-__device__ __forceinline__ void load_tile(uint8_t* tile, int d, RowSrc row_src) {
+__device__ __forceinline__ void load_tile(uint8_t* tile, int d, const void* base, RowSrc row_src) {
   constexpr int kChunks = kD / 8;
   static_assert((kRows * kChunks) % kThreads == 0, "tile chunks must split evenly");
 #pragma unroll 1
@@ -175,7 +175,7 @@ __device__ __forceinline__ void load_tile(uint8_t* tile, int d, RowSrc row_src) 
     const int r = idx / kChunks, c = idx % kChunks;
     const uint8_t* row = row_src(r);
     const void* src = (row != nullptr && c * 8 < d) ? row + c * 16 : nullptr;
-    copy16(tile + tile_off<kD>(r, c), src);
+    copy16(tile + tile_off<kD>(r, c), src, base);
   }
 }
 
@@ -281,16 +281,16 @@ __device__ __forceinline__ void fwd(const P& p) {
   };
   auto load_k = [&](int tile) {
     const int n0 = tile * kBN;
-    load_tile<kD, kBN, kThreads>(sk_tile, d,
+    load_tile<kD, kBN, kThreads>(sk_tile, d, p.k,
                                  [&](int r) { return kv_row(s.k, k_ss, p.k_sb * 2, k_h, n0 + r); });
   };
   auto load_v = [&](int tile) {
     const int n0 = tile * kBN;
-    load_tile<kD, kBN, kThreads>(sv_tile, d,
+    load_tile<kD, kBN, kThreads>(sv_tile, d, p.v,
                                  [&](int r) { return kv_row(s.v, v_ss, p.v_sb * 2, v_h, n0 + r); });
   };
 
-  load_tile<kD, kBM, kThreads>(sq_tile, d, [&](int r) {
+  load_tile<kD, kBM, kThreads>(sq_tile, d, p.q, [&](int r) {
     const int row = m0 + r;
     if (row >= rows) return static_cast<const uint8_t*>(nullptr);
     return s.q + static_cast<int64_t>(pos_of(row)) * p.q_ss * 2 + head_of(row) * p.q_sh * 2;
