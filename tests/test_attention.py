@@ -313,9 +313,12 @@ def test_decode_valid_and_checks(no_launch: None, paged: bool) -> None:
 # --- CPU: launch configuration (pure) -------------------------------------------------------
 
 TILES = [
-    Tile("fa2_d64", "fa2", 64, 128, 128, 256, 49152),
-    Tile("fa2_d128", "fa2", 128, 128, 64, 256, 65536),
-    Tile("fa2_d256", "fa2", 256, 64, 32, 128, 65536),
+    Tile("fa2_d64", "fa2", 0, 64, 128, 64, 128, 32768),
+    Tile("fa2_d128", "fa2", 0, 128, 128, 32, 128, 49152),
+    Tile("fa2_d256", "fa2", 0, 256, 64, 32, 128, 65536),
+    Tile("fa2_dec_d64", "fa2", 1, 64, 16, 128, 32, 34816),
+    Tile("fa2_dec_d128", "fa2", 1, 128, 16, 64, 32, 36864),
+    Tile("fa2_dec_d256", "fa2", 1, 256, 16, 32, 32, 40960),
 ]
 
 
@@ -349,7 +352,7 @@ def test_dense_config_fields() -> None:
     p = validate_dense(q, kv, kv, None, True, 0.5, (100, -1), 30.0, True)
     cfg = configure(p, TILES, 132)
     f = cfg.fields
-    assert cfg.grid == (8, 16, 2) and cfg.block == 256 and cfg.smem == 65536 and cfg.splits == 1
+    assert cfg.grid == (8, 16, 2) and cfg.block == 128 and cfg.smem == 49152 and cfg.splits == 1
     assert (f["window_left"], f["window_right"]) == (100, 0)  # causal caps right at 0
     assert f["flags"] == 64 | 32  # softcap, lse; not packed (1000 rows fill tiles)
     assert f["scale_log2"] == pytest.approx(30.0 * math.log2(math.e))
@@ -369,9 +372,9 @@ def test_decode_splits_long_context() -> None:
     q, kv = meta((1, 1, 32, 128)), meta((1, 131072, 8, 128))
     lens = Meta((1,), (1,), "int32", True)
     cfg = configure(validate_decode(q, kv, kv, lens, None, None, False, None, None), TILES, 132)
-    assert cfg.splits == 16 and cfg.grid == (1, 8, 16)
+    assert cfg.variant == "fa2_dec_d128" and cfg.splits == 66 and cfg.grid == (1, 8, 66)
     assert cfg.fields["flags"] == 2 | 8 | 16  # seqused, split, packed
-    assert cfg.combine_grid == math.ceil(32 / 8) and cfg.fields["acc_split"] == 32
+    assert cfg.combine_grid == 32 and cfg.combine_block == 32 and cfg.fields["acc_split"] == 32
 
 
 def test_decode_large_batch_does_not_split() -> None:
@@ -758,7 +761,9 @@ def test_decode_split_long_context(paged: bool) -> None:
 @pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
 def test_compute_sanitizer_clean(tool: str) -> None:
     """tests/scripts/sanitize_attention.py under the tool: dense, varlen, paged split decode on
-    small odd shapes, each input in its own exact-size allocation (torch's caching off)."""
+    small odd shapes, each input in its own exact-size allocation (torch's caching off). Driver
+    API errors are not reported: cuda-python probes optional entry points at import, and each
+    probe the driver lacks would count as an error that is none of the kernels'."""
     sanitizer = sanitizer_or_skip()
     env = {k: v for k, v in os.environ.items() if k != ENV}
     env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
@@ -767,6 +772,8 @@ def test_compute_sanitizer_clean(tool: str) -> None:
             sanitizer,
             "--tool",
             tool,
+            "--report-api-errors",
+            "no",
             "--error-exitcode",
             "9",
             sys.executable,

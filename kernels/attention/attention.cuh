@@ -2,12 +2,14 @@
 // wgmma path exists), plus the split-KV combine of flash-decoding.
 //
 // Generated entries: AK_ENTRY_FA2(symbol, op, T, V), V the variant's config (d: the compiled head
-// dim, bm x bn: query x key tile, threads = bm / 16 * 32). `op` is `attn_fwd` or `attn_combine`.
+// dim, bm x bn: query x key tile, threads). `op` is `attn_fwd` or `attn_combine`.
 //
 // attn_fwd, one CTA per (query tile, head slot, batch x split):
-//  * Every warp owns 16 query rows; S = Q K^T and O += P V run on mma.sync m16n8k16 (two
-//    m16n8k8 on Turing), f32 accumulators. S stays in registers: its accumulator fragments are
-//    exactly the A fragments of P V once rounded to T (no shared-memory round trip for P).
+//  * Every warp owns 16 * kMT query rows (kMT = 2 for d <= 128: each K / V fragment read from
+//    shared memory feeds two mma, which keeps ldmatrix traffic under the tensor-core rate; d = 256
+//    has no registers for it). S = Q K^T and O += P V run on mma.sync m16n8k16 (two m16n8k8 on
+//    Turing), f32 accumulators. S stays in registers: its accumulator fragments are exactly the
+//    A fragments of P V once rounded to T (no shared-memory round trip for P).
 //  * Q, K and V tiles sit in shared memory as rows of d elements in 16-byte chunks, the chunk
 //    index XORed with row % 8, so ldmatrix's 8 row reads hit 8 distinct bank groups.
 //  * The K/V pipeline: one K and one V buffer, loads issued a half iteration ahead: V(j) is in
@@ -146,6 +148,24 @@ __device__ __forceinline__ uint32_t tile_off(int r, int c) {
   return r * (kD * 2) + ((c ^ (r & 7)) << 4);
 }
 
+// ldmatrix addresses of one access pattern: row r_imm + r_lane, chunk c_imm | c_lane, where r_imm
+// is a multiple of 8 and c_imm even (unrolled-loop constants) and r_lane, c_lane in {0, 1} the
+// thread's part. The swizzle then depends on c_imm & 7 alone, so the thread keeps the 4 possible
+// XORed offsets and every access is one of them plus an immediate: without this, ptxas hoists
+// one address register per (row, chunk) pair out of the key loop (~100 registers at d = 128).
+template <int kD>
+struct Swizzled {
+  uint32_t base[4];
+  __device__ __forceinline__ Swizzled(uint32_t tile, int r_lane, int c_lane) {
+    const int y = (r_lane & 7) ^ c_lane;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) base[k] = tile + r_lane * (kD * 2) + (((2 * k) ^ y) << 4);
+  }
+  __device__ __forceinline__ uint32_t operator()(int r_imm, int c_imm) const {
+    return base[(c_imm & 7) >> 1] + r_imm * (kD * 2) + ((c_imm & ~7) << 4);
+  }
+};
+
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
@@ -226,9 +246,10 @@ __device__ __forceinline__ Seq sequence(const P& p, int b) {
 template <class T, class C, class P>
 __device__ __forceinline__ void fwd(const P& p) {
   constexpr int kD = C::d, kBM = C::bm, kBN = C::bn, kThreads = C::threads;
-  constexpr int kNT = kBN / 8;  // S fragments per warp row block
-  constexpr int kDT = kD / 8;   // O fragments
-  static_assert(kThreads == kBM / 16 * 32, "one warp per 16 query rows");
+  constexpr int kNT = kBN / 8;                     // S fragments per warp row block
+  constexpr int kDT = kD / 8;                      // O fragments
+  constexpr int kMT = kBM * 32 / (16 * kThreads);  // 16-row blocks per warp
+  static_assert(kMT >= 1 && kMT * 16 * (kThreads / 32) == kBM, "warps split the query rows");
   static_assert(kBN % 16 == 0 && kD % 16 == 0 && kD >= 64, "tile shapes");
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* sq_tile = smem;
@@ -298,19 +319,26 @@ __device__ __forceinline__ void fwd(const P& p) {
   if (t_lo < t_hi) load_k(t_lo);
   copy_commit();
 
-  // Warps whose 16 rows are all past the sequence only help with the loads (decode tiles).
-  const bool active = m0 + warp * 16 < rows;
-  int64_t row_pos[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) row_pos[h] = pos_of(m0 + warp * 16 + g + 8 * h);
+  // Warps whose rows are all past the sequence only help with the loads (decode tiles).
+  const int wrow = warp * 16 * kMT;  // the warp's first row in the tile
+  const bool active = m0 + wrow < rows;
 
-  float o[kDT][4];
+  float o[kMT][kDT][4];
 #pragma unroll
-  for (int i = 0; i < kDT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int i = 0; i < kDT; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+  }
+  float row_max[kMT][2], row_sum[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
   const bool softcap = p.flags & kSoftcap;
-  const uint32_t q_base = smem_u32(sq_tile), k_base = smem_u32(sk_tile);
-  const uint32_t v_base = smem_u32(sv_tile);
+  const Swizzled<kD> q_addr(smem_u32(sq_tile), wrow + (lane & 15), lane / 16);
+  const Swizzled<kD> k_addr(smem_u32(sk_tile), (lane / 16) * 8 + (lane & 7), (lane / 8) & 1);
+  const Swizzled<kD> v_addr(smem_u32(sv_tile), ((lane / 8) & 1) * 8 + (lane & 7), lane / 16);
 
   for (int tile = t_lo; tile < t_hi; ++tile) {
     const int n0 = tile * kBN;
@@ -319,22 +347,30 @@ __device__ __forceinline__ void fwd(const P& p) {
     copy_wait<1>();  // Q and K(tile) have landed
     __syncthreads();
 
-    float sc[kNT][4];
+    float sc[kMT][kNT][4];
 #pragma unroll
-    for (int j = 0; j < kNT; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) sc[mt][j][0] = sc[mt][j][1] = sc[mt][j][2] = sc[mt][j][3] = 0.f;
+    }
     if (active) {
 #pragma unroll
       for (int ks = 0; ks < kD / 16; ++ks) {
         if (ks * 16 >= d) break;  // zero padding of a smaller head dim
-        uint32_t a[4];
-        ldsm_x4(a, q_base + tile_off<kD>(warp * 16 + (lane & 15), ks * 2 + lane / 16));
+        uint32_t a[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          ldsm_x4(a[mt], q_addr(mt * 16, ks * 2));
+        }
 #pragma unroll
         for (int j = 0; j < kNT; j += 2) {
           uint32_t bk[4];
-          ldsm_x4(bk, k_base + tile_off<kD>(j * 8 + (lane / 16) * 8 + (lane & 7),
-                                            ks * 2 + ((lane / 8) & 1)));
-          mma<T>(sc[j], a, bk[0], bk[1]);
-          mma<T>(sc[j + 1], a, bk[2], bk[3]);
+          ldsm_x4(bk, k_addr(j * 8, ks * 2));
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            mma<T>(sc[mt][j], a[mt], bk[0], bk[1]);
+            mma<T>(sc[mt][j + 1], a[mt], bk[2], bk[3]);
+          }
         }
       }
     }
@@ -343,52 +379,74 @@ __device__ __forceinline__ void fwd(const P& p) {
     copy_commit();
 
     if (active) {
-      // Scores to the log2 domain, then the mask where this tile crosses a bound.
+      // Scores to the log2 domain (one branch per tile, not per element: both sides cost MUFU
+      // throughput, the softmax's bottleneck), then the mask where this tile crosses a bound.
+      if (softcap) {
 #pragma unroll
-      for (int j = 0; j < kNT; ++j) {
+        for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float x = sc[j][e];
-          sc[j][e] = softcap ? fast_tanh(x * p.softcap_pre) * p.scale_log2 : x * p.scale_log2;
+          for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              sc[mt][j][e] = fast_tanh(sc[mt][j][e] * p.softcap_pre) * p.scale_log2;
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+          for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sc[mt][j][e] *= p.scale_log2;
+          }
         }
       }
       const bool edge = n0 + kBN > s.sk || n0 < pos_hi + shift - p.window_left ||
                         n0 + kBN - 1 > pos_lo + shift + p.window_right;
       if (edge) {
 #pragma unroll
-        for (int j = 0; j < kNT; ++j) {
+        for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int64_t key = n0 + j * 8 + 2 * t4 + (e & 1);
-            const int64_t i = row_pos[e / 2] + shift;
-            if (key >= s.sk || key < i - p.window_left || key > i + p.window_right) {
-              sc[j][e] = -INFINITY;
+          for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int64_t key = n0 + j * 8 + 2 * t4 + (e & 1);
+              const int64_t i = pos_of(m0 + wrow + mt * 16 + g + 8 * (e / 2)) + shift;
+              if (key >= s.sk || key < i - p.window_left || key > i + p.window_right) {
+                sc[mt][j][e] = -INFINITY;
+              }
             }
           }
         }
       }
       // Online softmax: new row max, rescale what was accumulated, exponentiate.
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = row_max[h];
+      for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-        for (int j = 0; j < kNT; ++j) mx = fmaxf(mx, fmaxf(sc[j][2 * h], sc[j][2 * h + 1]));
-        mx = quad_max(mx);
-        const float ref = mx == -INFINITY ? 0.f : mx;  // all masked so far: exp2(-inf - 0) = 0
-        const float alpha = exp2f(row_max[h] - ref);
-        row_max[h] = mx;
-        float sum = 0.f;
+        for (int h = 0; h < 2; ++h) {
+          float mx = row_max[mt][h];
 #pragma unroll
-        for (int j = 0; j < kNT; ++j) {
-          sc[j][2 * h] = exp2f(sc[j][2 * h] - ref);
-          sc[j][2 * h + 1] = exp2f(sc[j][2 * h + 1] - ref);
-          sum += sc[j][2 * h] + sc[j][2 * h + 1];
-        }
-        row_sum[h] = row_sum[h] * alpha + sum;
+          for (int j = 0; j < kNT; ++j) {
+            mx = fmaxf(mx, fmaxf(sc[mt][j][2 * h], sc[mt][j][2 * h + 1]));
+          }
+          mx = quad_max(mx);
+          const float ref = mx == -INFINITY ? 0.f : mx;  // all masked so far: exp2(-inf - 0) = 0
+          const float alpha = exp2f(row_max[mt][h] - ref);
+          row_max[mt][h] = mx;
+          float sum = 0.f;
 #pragma unroll
-        for (int i = 0; i < kDT; ++i) {
-          o[i][2 * h] *= alpha;
-          o[i][2 * h + 1] *= alpha;
+          for (int j = 0; j < kNT; ++j) {
+            sc[mt][j][2 * h] = exp2f(sc[mt][j][2 * h] - ref);
+            sc[mt][j][2 * h + 1] = exp2f(sc[mt][j][2 * h + 1] - ref);
+            sum += sc[mt][j][2 * h] + sc[mt][j][2 * h + 1];
+          }
+          row_sum[mt][h] = row_sum[mt][h] * alpha + sum;
+#pragma unroll
+          for (int i = 0; i < kDT; ++i) {
+            o[mt][i][2 * h] *= alpha;
+            o[mt][i][2 * h + 1] *= alpha;
+          }
         }
       }
     }
@@ -398,18 +456,24 @@ __device__ __forceinline__ void fwd(const P& p) {
     if (active) {
 #pragma unroll
       for (int ks = 0; ks < kBN / 16; ++ks) {
-        const uint32_t a[4] = {pack2<T>(sc[2 * ks][0], sc[2 * ks][1]),
-                               pack2<T>(sc[2 * ks][2], sc[2 * ks][3]),
-                               pack2<T>(sc[2 * ks + 1][0], sc[2 * ks + 1][1]),
-                               pack2<T>(sc[2 * ks + 1][2], sc[2 * ks + 1][3])};
+        uint32_t a[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          a[mt][0] = pack2<T>(sc[mt][2 * ks][0], sc[mt][2 * ks][1]);
+          a[mt][1] = pack2<T>(sc[mt][2 * ks][2], sc[mt][2 * ks][3]);
+          a[mt][2] = pack2<T>(sc[mt][2 * ks + 1][0], sc[mt][2 * ks + 1][1]);
+          a[mt][3] = pack2<T>(sc[mt][2 * ks + 1][2], sc[mt][2 * ks + 1][3]);
+        }
 #pragma unroll
         for (int i = 0; i < kDT; i += 2) {
           if (i * 8 >= d) break;
           uint32_t bv[4];
-          ldsm_x4_trans(bv, v_base + tile_off<kD>(ks * 16 + ((lane / 8) & 1) * 8 + (lane & 7),
-                                                  i + lane / 16));
-          mma<T>(o[i], a, bv[0], bv[1]);
-          mma<T>(o[i + 1], a, bv[2], bv[3]);
+          ldsm_x4_trans(bv, v_addr(ks * 16, i));
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            mma<T>(o[mt][i], a[mt], bv[0], bv[1]);
+            mma<T>(o[mt][i + 1], a[mt], bv[2], bv[3]);
+          }
         }
       }
     }
@@ -421,41 +485,44 @@ __device__ __forceinline__ void fwd(const P& p) {
   const bool split_out = p.flags & kSplit;
   constexpr float kLn2 = 0.693147180559945309f;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = m0 + warp * 16 + g + 8 * h;
-    const float total = quad_sum(row_sum[h]);
-    if (row >= rows) continue;
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    const float lse = total > 0.f ? (row_max[h] + __log2f(total)) * kLn2 : -INFINITY;
-    const int64_t pos = pos_of(row);
-    const int head = head_of(row);
-    if (split_out) {
-      const int64_t acc_row =
-          split * p.acc_split + (static_cast<int64_t>(b) * p.heads + head) * s.sq + pos;
-      float* acc = static_cast<float*>(p.o_accum) + acc_row * d;
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = m0 + wrow + mt * 16 + g + 8 * h;
+      const float total = quad_sum(row_sum[mt][h]);
+      if (row >= rows) continue;
+      const float inv = total > 0.f ? 1.f / total : 0.f;
+      const float lse = total > 0.f ? (row_max[mt][h] + __log2f(total)) * kLn2 : -INFINITY;
+      const int64_t pos = pos_of(row);
+      const int head = head_of(row);
+      if (split_out) {
+        const int64_t acc_row =
+            split * p.acc_split + (static_cast<int64_t>(b) * p.heads + head) * s.sq + pos;
+        float* acc = static_cast<float*>(p.o_accum) + acc_row * d;
+#pragma unroll
+        for (int i = 0; i < kDT; ++i) {
+          const int col = i * 8 + 2 * t4;
+          if (col < d) {
+            *reinterpret_cast<float2*>(acc + col) =
+                make_float2(o[mt][i][2 * h] * inv, o[mt][i][2 * h + 1] * inv);
+          }
+        }
+        if (t4 == 0) static_cast<float*>(p.lse_accum)[acc_row] = lse;
+        continue;
+      }
+      uint8_t* orow = s.o + pos * p.o_ss * 2 + head * p.o_sh * 2;
 #pragma unroll
       for (int i = 0; i < kDT; ++i) {
         const int col = i * 8 + 2 * t4;
         if (col < d) {
-          *reinterpret_cast<float2*>(acc + col) =
-              make_float2(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
+          *reinterpret_cast<uint32_t*>(orow + col * 2) =
+              pack2<T>(o[mt][i][2 * h] * inv, o[mt][i][2 * h + 1] * inv);
         }
       }
-      if (t4 == 0) static_cast<float*>(p.lse_accum)[acc_row] = lse;
-      continue;
-    }
-    uint8_t* orow = s.o + pos * p.o_ss * 2 + head * p.o_sh * 2;
-#pragma unroll
-    for (int i = 0; i < kDT; ++i) {
-      const int col = i * 8 + 2 * t4;
-      if (col < d) {
-        *reinterpret_cast<uint32_t*>(orow + col * 2) =
-            pack2<T>(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
+      if (t4 == 0 && (p.flags & kWriteLse)) {
+        const int64_t at = (p.flags & kVarlen) ? s.q0 : b * p.lse_sb;
+        static_cast<float*>(p.lse)[at + head * p.lse_sh + pos] = lse;
       }
-    }
-    if (t4 == 0 && (p.flags & kWriteLse)) {
-      const int64_t at = (p.flags & kVarlen) ? s.q0 : b * p.lse_sb;
-      static_cast<float*>(p.lse)[at + head * p.lse_sh + pos] = lse;
     }
   }
 }

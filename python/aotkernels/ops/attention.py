@@ -80,6 +80,7 @@ class Tile(NamedTuple):
 
     name: str
     path: str
+    decode: int  # 1: a tile of attention_decode (one warp, 16 rows), 0: of the prefill ops
     d: int
     bm: int
     bn: int
@@ -216,15 +217,16 @@ def _tiles(fam: Any, dtype: str) -> list[Tile]:
             continue
         if forced and v["path"] != forced:
             continue
-        ints = [int(v[key]) for key in ("d", "bm", "bn", "threads", "smem")]
+        ints = [int(v[key]) for key in ("decode", "d", "bm", "bn", "threads", "smem")]
         out.append(Tile(name, str(v["path"]), *ints))
     out.sort(key=lambda t: (_PATH_ORDER.index(t.path), t.d))
     return out
 
 
 def _pick(op: str, tiles: Sequence[Tile], d: int, dtype: str, where: str) -> Tile:
+    decode = int(op == "attention_decode")
     for t in tiles:
-        if t.d >= d:
+        if t.d >= d and t.decode == decode:
             return t
     raise NoKernelImageError(
         f"{op}: no {dtype_name(dtype)} attention kernel for head dim {d} on {where}; "
@@ -527,11 +529,13 @@ def validate_decode(
 
 
 def num_splits(ctas: int, key_tiles: int, sm_count: int) -> int:
-    """Split-KV factor: about one CTA per SM (the forward kernel runs one CTA per SM), each
-    split keeping at least 4 key tiles so that its partial is worth the combine."""
-    if ctas >= sm_count or key_tiles < 8:
+    """Split-KV factor of a decode launch: about 4 one-warp CTAs per SM (what keeps enough
+    K / V tiles in flight to stream the cache), each split keeping at least 4 key tiles so that
+    its partial is worth the combine."""
+    target = 4 * sm_count
+    if ctas >= target or key_tiles < 8:
         return 1
-    return max(1, min(sm_count // ctas, key_tiles // 4, _MAX_SPLITS))
+    return max(1, min(target // ctas, key_tiles // 4, _MAX_SPLITS))
 
 
 def configure(
