@@ -701,8 +701,39 @@ def _attn_decode_row(
     }  # fmt: skip
 
 
-def bench_attention(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Forward TFLOP/s vs SDPA flash and cuDNN; decode KV bytes/s vs SDPA and copy."""
+def _attn_varlen_row(torch: Any, ak: Any, causal: bool, reps: int) -> dict[str, Any]:
+    """A mixed batch (lengths 97 .. 4001, 16 sequences, H 16, D 128, bf16) packed for ours,
+    padded to the longest for SDPA's flash backend (what a framework without varlen does)."""
+    lens = [97, 4001, 512, 1500, 33, 2048, 777, 3000, 256, 1024, 64, 2500, 128, 3500, 900, 1]
+    h, d, dt = 16, 128, torch.bfloat16
+    total, longest = sum(lens), max(lens)
+    q, k, v = (torch.randn(total, h, d, device="cuda", dtype=dt) for _ in range(3))
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], device="cuda", dtype=torch.int32)
+    pad = torch.zeros(len(lens), longest, h, d, device="cuda", dtype=dt)
+    for i, n in enumerate(lens):
+        pad[i, :n] = q[cu[i] : cu[i] + n]
+    flops = sum(4 * n * n * h * d for n in lens) / (2 if causal else 1)
+
+    def ours(i: int) -> Any:
+        return ak.attention_varlen(q, k, v, cu, cu, longest, longest, causal=causal)
+
+    flash = _sdpa(torch, _attn_anchors(torch)["flash"], pad, pad, pad, causal)
+    _, why = _probe(torch, ours)
+    _, why_a = _probe(torch, flash)
+    t_ours = None if why else statistics.median(_gpu_samples(ours, reps))
+    t_pad = None if why_a else statistics.median(_gpu_samples(flash, reps))
+    return {
+        "causal": causal, "tokens": total, "longest": longest,
+        "ours_TFLOPS": flops / t_ours / 1e9 if t_ours else None,
+        "padded_flash_TFLOPS": flops / t_pad / 1e9 if t_pad else None,
+        "vs_padded_flash": t_pad / t_ours if t_pad and t_ours else None,
+        "note": "; ".join(w for w in (why, why_a) if w),
+    }  # fmt: skip
+
+
+def bench_attention(args: argparse.Namespace) -> tuple[list[dict[str, Any]], ...]:
+    """Forward TFLOP/s vs SDPA flash and cuDNN; decode KV bytes/s vs SDPA and copy; a varlen
+    batch vs padded SDPA flash."""
     torch = _torch()
     import aotkernels as ak
 
@@ -721,7 +752,8 @@ def bench_attention(args: argparse.Namespace) -> tuple[list[dict[str, Any]], lis
         for page in (None, 64):
             dec.append(_attn_decode_row(torch, ak, b, ctx, page, reps))
             torch.cuda.empty_cache()
-    return fwd, dec
+    var = [_attn_varlen_row(torch, ak, causal, reps) for causal in (False, True)]
+    return fwd, dec, var
 
 
 def gemm_chart(rows: list[dict[str, Any]], path: str, title: str) -> None:
@@ -893,9 +925,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.chart:
             _try_chart(results["gemm"], _gemm_chart_path(args), f"GEMM on {results['device']}")
     if args.what in ("attention", "all"):
-        results["attention"], results["attention_decode"] = bench_attention(args)
-        _print(results["attention"], "attention forward TFLOP/s vs SDPA flash / cuDNN")
-        _print(results["attention_decode"], "attention decode KV-cache TB/s vs SDPA and copy")
+        fwd, dec, var = bench_attention(args)
+        results.update(attention=fwd, attention_decode=dec, attention_varlen=var)
+        _print(fwd, "attention forward TFLOP/s vs SDPA flash / cuDNN")
+        _print(dec, "attention decode KV-cache TB/s vs SDPA and copy")
+        _print(var, "attention_varlen (useful FLOPs) vs SDPA flash on the padded batch")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
