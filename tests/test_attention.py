@@ -314,7 +314,7 @@ def test_decode_valid_and_checks(no_launch: None, paged: bool) -> None:
 
 TILES = [
     Tile("fa2_d64", "fa2", 0, 64, 128, 64, 128, 32768),
-    Tile("fa2_d128", "fa2", 0, 128, 128, 32, 128, 49152),
+    Tile("fa2_d128", "fa2", 0, 128, 128, 64, 128, 65536),
     Tile("fa2_d256", "fa2", 0, 256, 64, 32, 128, 65536),
     Tile("fa2_dec_d64", "fa2", 1, 64, 16, 128, 32, 34816),
     Tile("fa2_dec_d128", "fa2", 1, 128, 16, 64, 32, 36864),
@@ -352,7 +352,7 @@ def test_dense_config_fields() -> None:
     p = validate_dense(q, kv, kv, None, True, 0.5, (100, -1), 30.0, True)
     cfg = configure(p, TILES, 132)
     f = cfg.fields
-    assert cfg.grid == (8, 16, 2) and cfg.block == 128 and cfg.smem == 49152 and cfg.splits == 1
+    assert cfg.grid == (8, 16, 2) and cfg.block == 128 and cfg.smem == 65536 and cfg.splits == 1
     assert (f["window_left"], f["window_right"]) == (100, 0)  # causal caps right at 0
     assert f["flags"] == 64 | 32  # softcap, lse; not packed (1000 rows fill tiles)
     assert f["scale_log2"] == pytest.approx(30.0 * math.log2(math.e))
