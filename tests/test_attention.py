@@ -14,16 +14,26 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 import aotkernels as ak
 from aotkernels import arrays, loader
-from aotkernels.ops.attention import Meta, Tile, configure, validate_decode, validate_dense
+from aotkernels.ops import _op
+from aotkernels.ops._op import Meta
+from aotkernels.ops.attention import (
+    Tile,
+    configure,
+    decode_splits,
+    validate_decode,
+    validate_dense,
+)
 from helpers.fake_dlpack import FakeCudaArray
 from helpers.sanitizer import assert_clean, sanitizer_or_skip
 
@@ -63,6 +73,7 @@ def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(loader, "family_on", reached)
     monkeypatch.setattr(arrays.Framework, "empty", reached)
+    monkeypatch.setattr(_op, "_PLANS", {})
     monkeypatch.delenv(ENV, raising=False)
 
 
@@ -193,8 +204,8 @@ def test_rejects_cpu_array(no_launch: None) -> None:
 @pytest.mark.parametrize(
     ("window", "exc", "match"),
     [
-        ((1,), TypeError, r"window must be None or a \(left, right\) pair of ints"),
-        ((1.0, 2), TypeError, r"window must be None or a \(left, right\) pair of ints"),
+        ((1,), ValueError, r"window must be a \(left, right\) pair, got \(1,\)"),
+        ((1.0, 2), TypeError, r"window must be a tuple of ints"),
         ((-2, 0), ValueError, r"window sides must be >= 0, or -1 for unbounded"),
     ],
 )
@@ -231,13 +242,23 @@ def test_out_checks(no_launch: None) -> None:
         ak.attention(q, k, v, out=overlapping)
 
 
+def test_out_with_lse_refused(no_launch: None) -> None:
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match=r"attention: out= cannot be combined with return_lse"):
+        ak.attention(q, k, v, return_lse=True, out=F(q.shape, ptr=0x7000000))
+    with pytest.raises(TypeError, match=r"attention: return_lse must be a bool, got int"):
+        ak.attention(q, k, v, return_lse=1)
+
+
+@pytest.mark.gpu
 def test_requires_grad_refused() -> None:
-    torch = pytest.importorskip("torch")
-    q = torch.zeros(1, 4, 2, 64, dtype=torch.float16, requires_grad=True)
-    with pytest.raises(NotImplementedError, match=r"attention: q requires grad, and the backward"):
+    torch = _torch()
+    q = rand(1, 4, 2, 64, dtype=torch.float16).requires_grad_()
+    with pytest.raises(NotImplementedError, match=r"attention: q requires grad"):
         ak.attention(q, q.detach(), q.detach())
+    lens = torch.tensor([4], dtype=torch.int32, device="cuda")
     with pytest.raises(NotImplementedError, match=r"attention_decode: v_cache requires grad"):
-        ak.attention_decode(q.detach(), q.detach(), q, q.detach())
+        ak.attention_decode(q.detach(), q.detach(), q, lens)
 
 
 @pytest.mark.gpu
@@ -325,7 +346,7 @@ TILES = [
 def meta(shape: tuple[int, ...], dtype: str = "f16") -> Meta:
     from aotkernels.arrays import contiguous_strides
 
-    return Meta(shape, contiguous_strides(shape), dtype, True)
+    return Meta(shape, contiguous_strides(shape), dtype, 16)
 
 
 @pytest.mark.parametrize(
@@ -341,16 +362,16 @@ def meta(shape: tuple[int, ...], dtype: str = "f16") -> Meta:
 )
 def test_variant_by_head_dim(d: int, variant: str) -> None:
     q, kv = meta((2, 100, 8, d)), meta((2, 100, 8, d))
-    p = validate_dense(q, kv, kv, None, False, None, None, None, False)
-    cfg = configure(p, TILES, 132)
+    p = validate_dense(q, kv, kv, False, None, None, None, False)
+    cfg = configure(p, (100 * 8 * d, 8 * d, d, 1), TILES)
     assert cfg.variant == variant
     assert cfg.fields["scale_log2"] == pytest.approx(math.log2(math.e) / math.sqrt(d))
 
 
 def test_dense_config_fields() -> None:
     q, kv = meta((2, 1000, 16, 128)), meta((2, 900, 4, 128))
-    p = validate_dense(q, kv, kv, None, True, 0.5, (100, -1), 30.0, True)
-    cfg = configure(p, TILES, 132)
+    p = validate_dense(q, kv, kv, True, 0.5, (100, -1), 30.0, True)
+    cfg = configure(p, (1000 * 16 * 128, 16 * 128, 128, 1), TILES)
     f = cfg.fields
     assert cfg.grid == (8, 16, 2) and cfg.block == 128 and cfg.smem == 65536 and cfg.splits == 1
     assert (f["window_left"], f["window_right"]) == (100, 0)  # causal caps right at 0
@@ -359,28 +380,30 @@ def test_dense_config_fields() -> None:
     assert f["softcap_pre"] == pytest.approx(0.5 / 30.0)
     assert (f["q_sb"], f["q_ss"], f["q_sh"]) == (1000 * 16 * 128, 16 * 128, 128)
     assert (f["lse_sb"], f["lse_sh"]) == (16 * 1000, 1000)
-    assert cfg.lse_shape == (2, 16, 1000)
+    assert p.lse_shape == (2, 16, 1000)
 
 
 def test_short_queries_pack_gqa() -> None:
     q, kv = meta((2, 4, 32, 128)), meta((2, 900, 4, 128))
-    cfg = configure(validate_dense(q, kv, kv, None, False, None, None, None, False), TILES, 132)
+    cfg = configure(validate_dense(q, kv, kv, False, None, None, None, False), q.strides, TILES)
     assert cfg.fields["flags"] & 16 and cfg.grid == (1, 4, 2)  # 4 x 8 rows per KV head
 
 
 def test_decode_splits_long_context() -> None:
     q, kv = meta((1, 1, 32, 128)), meta((1, 131072, 8, 128))
-    lens = Meta((1,), (1,), "int32", True)
-    cfg = configure(validate_decode(q, kv, kv, lens, None, None, False, None, None), TILES, 132)
-    assert cfg.variant == "fa2_dec_d128" and cfg.splits == 66 and cfg.grid == (1, 8, 66)
+    lens = Meta((1,), (1,), "int32", 16)
+    p = validate_decode(q, kv, kv, lens, None, False, None, None)
+    assert p.splits == decode_splits(1, 8, 4, 131072) == 64  # 8 CTAs -> 512
+    cfg = configure(p, q.strides, TILES)
+    assert cfg.variant == "fa2_dec_d128" and cfg.splits == 64 and cfg.grid == (1, 8, 64)
     assert cfg.fields["flags"] == 2 | 8 | 16  # seqused, split, packed
     assert cfg.combine_grid == 32 and cfg.combine_block == 32 and cfg.fields["acc_split"] == 32
 
 
 def test_decode_large_batch_does_not_split() -> None:
     q, kv = meta((64, 1, 32, 128)), meta((64, 4096, 8, 128))
-    lens = Meta((64,), (1,), "int32", True)
-    cfg = configure(validate_decode(q, kv, kv, lens, None, None, False, None, None), TILES, 132)
+    lens = Meta((64,), (1,), "int32", 16)
+    cfg = configure(validate_decode(q, kv, kv, lens, None, False, None, None), q.strides, TILES)
     assert cfg.splits == 1 and cfg.fields["flags"] & 8 == 0
 
 
@@ -388,9 +411,207 @@ def test_no_kernel_for_dtype() -> None:
     from aotkernels.errors import NoKernelImageError
 
     q = meta((1, 4, 8, 64), "bf16")
-    p = validate_dense(q, q, q, None, False, None, None, None, False)
+    p = validate_dense(q, q, q, False, None, None, None, False)
     with pytest.raises(NoKernelImageError, match=r"no bfloat16 attention kernel for head dim 64"):
-        configure(p, [], 40, "sm_75")
+        configure(p, q.strides, [], "sm_75")
+
+
+# --- CPU: the runner's launches on a fake sm_90a family --------------------------------------
+
+
+class FakeGpu:
+    """family_on, the allocator and _core.LaunchPlan replaced: calls run to their launches,
+    which are recorded with the parameter block the kernel would receive."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from aotkernels import _core
+        from aotkernels._paths import matrix_path
+        from aotkernels.arch_matrix import load_matrix
+        from aotkernels.device import DeviceInfo
+        from aotkernels.plan import param_layout
+
+        matrix = load_matrix(matrix_path(), check_sources=False)
+        spec = matrix.families["attention"]
+        fmt, _, offsets = param_layout(spec.params)
+        self.struct = struct.Struct(fmt)
+        self.names = [name for name, _ in spec.params]
+        self.ptr_names = [name for name, ptype in spec.params if ptype == "ptr"]
+        self.ptr_offsets = [off for name, off in offsets if name in self.ptr_names]
+        tgt = matrix.targets["sm_90a"]
+        specs = spec.entry_specs(matrix.dtypes)
+        self.family = SimpleNamespace(
+            device=DeviceInfo(0, "Fake GPU", tgt.cc, 132, 0xC0),
+            choice=SimpleNamespace(target="sm_90a"),
+            kernels={e.symbol: 0x1000 + i for i, e in enumerate(specs)},
+            variants={v.name: {"path": v.path, **dict(v.constants)} for v in spec.variants},
+            params=self.struct,
+            param_fields=[tuple(p) for p in spec.params],
+            ptr_offsets=self.ptr_offsets,
+            field_offsets=dict(offsets),
+        )
+        self.launches: list[dict[str, Any]] = []
+        self.allocs: list[FakeCudaArray] = []
+        monkeypatch.setattr(loader, "family_on", lambda name, dev: self.family)
+        monkeypatch.setattr(arrays.Framework, "empty", self._empty)
+        monkeypatch.setattr(_core, "LaunchPlan", self._plan)
+        monkeypatch.setattr(_op, "_PLANS", {})
+        monkeypatch.delenv(ENV, raising=False)
+
+    def _empty(self, like: Any, shape: Any, dtype: str) -> Any:
+        arr = FakeCudaArray(
+            shape, arrays.dtype_name(dtype), ptr=0x70000000 + len(self.allocs) * 2**24
+        )
+        self.allocs.append(arr)
+        return arr
+
+    def _plan(
+        self,
+        symbol: str,
+        func: int,
+        ctx: int,
+        grid: list[int],
+        block: list[int],
+        smem: int,
+        params: bytes,
+        ptr_offsets: list[int],
+        tmaps: Any = (),
+    ) -> Any:
+        assert func == self.family.kernels[symbol] and ptr_offsets == self.ptr_offsets
+        packed = dict(zip(self.names, self.struct.unpack(params), strict=True))
+        rec, ptr_names = self.launches, self.ptr_names
+
+        class Plan:
+            def __call__(self, stream: int, *ptrs: int) -> None:
+                fields = {**packed, **dict(zip(ptr_names, ptrs, strict=True))}
+                rec.append(
+                    {
+                        "symbol": symbol,
+                        "grid": tuple(grid),
+                        "block": tuple(block),
+                        "smem": smem,
+                        **fields,
+                    }
+                )
+
+        return Plan()
+
+
+def test_runner_dense_lse(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = FakeGpu(monkeypatch)
+    q, k, v = qkv(b=2, sq=300, sk=500, h=8, hkv=2, d=128)
+    out, lse = ak.attention(q, k, v, causal=True, return_lse=True)
+    (ln,) = gpu.launches
+    assert ln["symbol"] == "ak_attn_fwd_f16_fa2_d128" and ln["grid"] == (3, 8, 2)
+    assert (ln["q"], ln["k"], ln["v"]) == (q.ptr, k.ptr, v.ptr)
+    assert (ln["out"], ln["lse"]) == (out.ptr, lse.ptr) and out.shape == q.shape
+    assert lse.shape == (2, 8, 300) and lse.dtype == "float32"
+    assert ln["o_accum"] == ln["cu_seqlens_q"] == ln["block_table"] == 0
+    assert ln["flags"] == 32 and ln["window_right"] == 0 and ln["smem"] == 65536
+
+
+def test_runner_varlen_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = FakeGpu(monkeypatch)
+    q, k, v, cq, ck = varlen_args()
+    out = F(q.shape, ptr=0x60000000)
+    assert ak.attention_varlen(q, k, v, cq, ck, 20, 30, window=(4, 4), out=out) is out
+    (ln,) = gpu.launches
+    assert (ln["cu_seqlens_q"], ln["cu_seqlens_k"], ln["out"]) == (cq.ptr, ck.ptr, out.ptr)
+    # 20 queries x 4 heads per KV head fill one 128-row tile: packed, one CTA per KV head.
+    assert ln["lse"] == 0 and ln["flags"] == 1 | 16 and ln["grid"] == (1, 2, 3)
+    assert (ln["window_left"], ln["window_right"], ln["seqlen_q"]) == (4, 4, 20)
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_runner_decode_split(monkeypatch: pytest.MonkeyPatch, paged: bool) -> None:
+    gpu = FakeGpu(monkeypatch)
+    q = F((1, 1, 32, 128), ptr=0x100000)
+    if paged:
+        kc, vc = F((2048, 64, 8, 128), ptr=0x900000), F((2048, 64, 8, 128), ptr=0x40000000)
+        bt = F((1, 2048), "int32", ptr=0x3100000)
+    else:
+        kc, vc = F((1, 131072, 8, 128), ptr=0x900000), F((1, 131072, 8, 128), ptr=0x40000000)
+        bt = None
+    lens = F((1,), "int32", ptr=0x3000000)
+    out = ak.attention_decode(q, kc, vc, lens, bt, softcap=30.0)
+    fwd, comb = gpu.launches
+    o_acc, l_acc = gpu.allocs[1:]  # after out: the hidden workspaces
+    assert o_acc.shape == (64, 32, 128) and l_acc.shape == (64, 32)
+    assert fwd["symbol"] == "ak_attn_fwd_f16_fa2_dec_d128" and fwd["grid"] == (1, 8, 64)
+    assert comb["symbol"] == "ak_attn_combine_f16_fa2_dec_d128" and comb["grid"] == (32, 1, 1)
+    for ln in (fwd, comb):
+        assert (ln["out"], ln["q"], ln["k"], ln["v"]) == (out.ptr, q.ptr, kc.ptr, vc.ptr)
+        assert (ln["o_accum"], ln["lse_accum"], ln["seqused_k"]) == (o_acc.ptr, l_acc.ptr, lens.ptr)
+        assert ln["block_table"] == (bt.ptr if bt is not None else 0)
+        assert ln["flags"] == 2 | 8 | 16 | 64 | (4 if paged else 0)
+        assert ln["num_splits"] == 64 and ln["page_size"] == (64 if paged else 0)
+
+
+def test_runner_decode_no_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = FakeGpu(monkeypatch)
+    q = F((64, 1, 32, 128), ptr=0x100000)
+    kc, vc = F((64, 4096, 8, 128), ptr=0x900000), F((64, 4096, 8, 128), ptr=0x50000000)
+    ak.attention_decode(q, kc, vc, F((64,), "int32", ptr=0x3000000))
+    (ln,) = gpu.launches
+    assert ln["o_accum"] == ln["lse_accum"] == 0 and ln["flags"] & 8 == 0
+    assert gpu.allocs[1].shape == (0, 64 * 32, 128)
+
+
+# --- CPU: the torch front end (schemas, fake implementations) --------------------------------
+
+
+def test_torch_schemas() -> None:
+    pytest.importorskip("torch")
+    from aotkernels import _torch
+    from aotkernels.ops._op import REGISTRY
+
+    common = "bool causal=False, float? scale=None, int[]? window=None, float? softcap=None"
+    assert _torch.schema(REGISTRY["attention"]) == (
+        f"attention(Tensor q, Tensor k, Tensor v, {common}) -> Tensor"
+    )
+    assert _torch.schema(REGISTRY["attention_lse"]).endswith("-> (Tensor, Tensor)")
+    assert _torch.schema(REGISTRY["attention_varlen"]) == (
+        "attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor "
+        f"cu_seqlens_k, int max_seqlen_q=0, int max_seqlen_k=0, {common}) -> Tensor"
+    )
+    assert _torch.schema(REGISTRY["attention_decode"]) == (
+        "attention_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, "
+        "Tensor? block_table=None, bool causal=False, float? scale=None, float? softcap=None) "
+        "-> Tensor"
+    )
+
+
+def test_torch_fake_impls() -> None:
+    """What torch.compile sees: shapes and dtypes from the declarations, checks included."""
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from aotkernels import _torch
+
+    _torch.register()
+    ops = torch.ops.aotkernels
+    bf, i32 = torch.bfloat16, torch.int32
+    with FakeTensorMode():
+        q = torch.empty(2, 300, 8, 128, device="cuda", dtype=bf)
+        k = torch.empty(2, 500, 2, 128, device="cuda", dtype=bf)
+        out = ops.attention(q, k, k, True, None, [64, 0], 30.0)
+        assert out.shape == q.shape and out.dtype == bf and out.device.type == "cuda"
+        out, lse = ops.attention_lse(q, k, k)
+        assert lse.shape == (2, 8, 300) and lse.dtype == torch.float32
+        qp = torch.empty(600, 8, 128, device="cuda", dtype=bf)
+        kp = torch.empty(1000, 2, 128, device="cuda", dtype=bf)
+        cu = torch.empty(3, device="cuda", dtype=i32)
+        out, lse = ops.attention_varlen_lse(qp, kp, kp, cu, cu, 300, 500)
+        assert out.shape == (600, 8, 128) and lse.shape == (8, 600)
+        pages = torch.empty(100, 64, 2, 128, device="cuda", dtype=bf)
+        bt = torch.empty(2, 50, device="cuda", dtype=i32)
+        lens = torch.empty(2, device="cuda", dtype=i32)
+        q1 = torch.empty(2, 1, 8, 128, device="cuda", dtype=bf)
+        out = ops.attention_decode(q1, pages, pages, lens, bt)
+        assert out.shape == (2, 1, 8, 128)
+        with pytest.raises(ValueError, match=r"attention: window sides must be >= 0"):
+            ops.attention(q, k, k, False, None, [-3, 0])
+        with pytest.raises(ValueError, match=r"attention_decode: q.shape\[1\] .* at most 16"):
+            ops.attention_decode(q, pages, pages, lens, bt)
 
 
 # --- GPU ------------------------------------------------------------------------------------
@@ -678,10 +899,10 @@ def test_varlen(dtype: str, causal: bool, window: Any) -> None:
         rand(sum(lk), hkv, d, dtype=dt),
     )
     out = torch.full_like(q, float("nan"))
-    res, lse = ak.attention_varlen(
-        q, k, v, cq, ck, max(lq), max(lk), causal=causal, window=window, return_lse=True, out=out
-    )
-    assert res is out and lse.shape == (h, sum(lq))
+    args = (q, k, v, cq, ck, max(lq), max(lk))
+    res = ak.attention_varlen(*args, causal=causal, window=window, out=out)
+    with_lse, lse = ak.attention_varlen(*args, causal=causal, window=window, return_lse=True)
+    assert res is out and lse.shape == (h, sum(lq)) and torch.equal(with_lse, out)
     for i in range(len(lq)):
         qs, ks = slice(cq[i].item(), cq[i + 1].item()), slice(ck[i].item(), ck[i + 1].item())
         if lq[i] == 0:

@@ -7,42 +7,43 @@ Causal masks, sliding windows, softcap, GQA packing, paging and split-KV are run
 compiled head dims are the variants (64, 128, 256), and a head dim d (a multiple of 8 up to 256)
 runs the smallest variant with d' >= d, the loads zero-filling the columns past d.
 
-The module is two layers, so that an op declaration can reuse the first unchanged:
+Each op is one declaration (``ops/_op.py``): ``attention`` / ``attention_lse``,
+``attention_varlen`` / ``attention_varlen_lse`` (the ``_lse`` ops also return the log-sum-exp)
+and ``attention_decode`` (with its split-KV workspace as hidden outputs). Their rules are pure:
 
-* ``validate_*`` (array metadata: shape, strides, dtype, 16-byte alignment; no device) gives a
-  ``Problem``, and ``configure`` (a ``Problem``, the variants of the loaded image and the SM
-  count) gives a ``Config``: every scalar kernel parameter, grid, block, shared memory and
-  the split-KV workspace. Both are pure functions.
-* ``_run``: allocation, pointer binding and the launch(es).
+* ``validate_*`` (array metadata and attributes, no device) gives a ``Problem``: every check,
+  the output shapes and, for decode, the split count (``decode_splits``, device-independent so
+  that the workspace shapes are known to torch's fake implementation);
+* ``configure`` (a ``Problem``, the output's strides and the variants of the loaded image) gives
+  a ``Config``: every scalar kernel parameter, grid, block and shared memory.
 
 Variant choice (``_pick``): the first variant of ``_PATH_ORDER`` present in the loaded image
-whose d is at least the head dim. ``AOTKERNELS_ATTENTION_PATH`` forces a path (tests run every
-path a GPU can run); today ``fa2`` is the only one.
+whose d is at least the head dim (decode tiles for ``attention_decode``, prefill tiles
+otherwise). ``AOTKERNELS_ATTENTION_PATH`` forces a path (tests run every path a GPU can run);
+today ``fa2`` is the only one: an sm_90a wgmma path is one more variant in the matrix and one
+more entry of ``_PATH_ORDER``.
 """
 
 from __future__ import annotations
 
 import math
-import operator
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from .. import loader as _loader
-from ..arrays import ArrayInfo, contiguous_strides, dtype_name
+from ..arrays import dtype_name
 from ..errors import NoKernelImageError
-from ._common import Call, check_disjoint, finish, operand, output, prepare
+from ._op import Args, Attr, Launch, Meta, Op, Output, OutSpec, Tensor
 
 __all__ = [
     "Config",
-    "Meta",
     "Problem",
     "Tile",
     "attention",
     "attention_decode",
     "attention_varlen",
     "configure",
-    "num_splits",
+    "decode_splits",
     "validate_decode",
     "validate_dense",
     "validate_varlen",
@@ -50,6 +51,7 @@ __all__ = [
 
 FAMILY = "attention"
 DTYPES = ("f16", "bf16")
+ENV = "AOTKERNELS_ATTENTION_PATH"
 _F_VARLEN, _F_SEQUSED, _F_PAGED, _F_SPLIT = 1, 2, 4, 8
 _F_PACK, _F_LSE, _F_SOFTCAP = 16, 32, 64
 # Paths in order of preference; a wgmma path for sm_90a goes first once it exists.
@@ -57,22 +59,12 @@ _PATH_ORDER = ("fa2",)
 _MAX_SEQ = 2**31 - 1  # sequence positions are 32-bit in the kernel
 _UNBOUNDED = 2**62  # a window side without a limit
 _MAX_GRID_YZ = 65535
-_MAX_SPLITS = 128
 _MAX_DECODE_Q = 16
+_DECODE_ROWS = 16  # query rows of every decode tile (one warp): the split rule counts on it
+_SPLIT_CTAS = 512  # split-KV aims at this many decode CTAs (~4 one-warp CTAs per SM)
+_SPLIT_KEYS = 256  # and gives each split at least this many keys
+_MAX_SPLITS = 128
 _LOG2E = 1.4426950408889634
-
-
-class Meta(NamedTuple):
-    """What the launch configuration may depend on: no pointer, only its 16-byte alignment."""
-
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]  # in elements
-    dtype: str
-    aligned: bool  # data pointer is a multiple of 16 bytes
-
-    @staticmethod
-    def of(info: ArrayInfo) -> Meta:
-        return Meta(tuple(info.shape), tuple(info.strides), info.dtype, info.ptr % 16 == 0)
 
 
 class Tile(NamedTuple):
@@ -88,15 +80,39 @@ class Tile(NamedTuple):
     smem: int
 
 
+class Problem(NamedTuple):
+    """A validated call, independent of the device and of the output's layout."""
+
+    op: str
+    dtype: str
+    batch: int
+    sq: int  # the query length (varlen: max_seqlen_q)
+    sk: int  # the key length (varlen: max_seqlen_k; decode: the cache capacity)
+    heads: int
+    kv_heads: int
+    d: int
+    q: tuple[int, int, int]  # strides (batch, seq, head) in elements; varlen: batch 0
+    k: tuple[int, int, int]  # paged: (page, slot, head)
+    v: tuple[int, int, int]
+    window: tuple[int, int]
+    scale_log2: float
+    softcap_pre: float
+    flags: int  # everything but pack / split, which depend on the tile
+    out_shape: tuple[int, ...]
+    lse_shape: tuple[int, ...]
+    lse: tuple[int, int]  # (batch, head) strides of the LSE
+    page_size: int = 0
+    bt_sb: int = 0
+    splits: int = 1  # decode: split-KV factor (the workspace holds this many partials)
+
+
 class Config(NamedTuple):
     variant: str
     fields: dict[str, int | float]  # every non-pointer kernel parameter, by name
     grid: tuple[int, int, int]
     block: int
     smem: int
-    out_shape: tuple[int, ...]
-    lse_shape: tuple[int, ...]
-    splits: int  # > 1: f32 workspace (splits, rows, d) + (splits, rows), then attn_combine
+    splits: int  # > 1: attn_combine merges the f32 partials
     combine_grid: int
     combine_block: int
 
@@ -135,44 +151,23 @@ def _check_layout(op: str, name: str, m: Meta) -> None:
         )
     if any(s < 0 for s in m.strides):
         raise ValueError(f"{op}: {name} strides must be non-negative, got {m.strides}")
-    if not m.aligned or any(
+    if m.align < 16 or any(
         s % 8 for n, s in zip(m.shape[:-1], m.strides[:-1], strict=True) if n > 1
     ):
         raise ValueError(
             f"{op}: {name} must be 16-byte aligned with strides that are multiples of 8 "
-            f"elements (16 bytes), got strides {m.strides} (aligned pointer: {m.aligned}); pass "
-            "a contiguous copy"
+            f"elements (16 bytes), got strides {m.strides} and a pointer aligned to {m.align} "
+            "bytes; pass a contiguous copy"
         )
 
 
-def _check_written(op: str, name: str, m: Meta) -> None:
-    """A written array must not overlap itself: each stride clears the span of the smaller."""
-    span = 1
-    for n, s in sorted(
-        (p for p in zip(m.shape, m.strides, strict=True) if p[0] > 1), key=lambda p: p[1]
-    ):
-        if s < span:
-            raise ValueError(
-                f"{op}: {name} must not overlap itself, got strides {m.strides} for shape {m.shape}"
-            )
-        span = s * n
-
-
-def _window(op: str, causal: Any, window: Any) -> tuple[int, int]:
+def _window(op: str, causal: bool, window: tuple[int, ...] | None) -> tuple[int, int]:
     """(left, right) bounds for the kernel; causal caps right at 0 (bottom-right aligned)."""
-    if not isinstance(causal, bool):
-        raise TypeError(f"{op}: causal must be a bool, got {type(causal).__name__}")
     left = right = -1
     if window is not None:
-        if (
-            not isinstance(window, (tuple, list))
-            or len(window) != 2
-            or not all(isinstance(w, int) and not isinstance(w, bool) for w in window)
-        ):
-            raise TypeError(
-                f"{op}: window must be None or a (left, right) pair of ints, got {window!r}"
-            )
-        left, right = int(window[0]), int(window[1])
+        if len(window) != 2:
+            raise ValueError(f"{op}: window must be a (left, right) pair, got {window}")
+        left, right = window
         if left < -1 or right < -1:
             raise ValueError(f"{op}: window sides must be >= 0, or -1 for unbounded, got {window}")
     if causal:
@@ -180,58 +175,24 @@ def _window(op: str, causal: Any, window: Any) -> tuple[int, int]:
     return (_UNBOUNDED if left < 0 else left), (_UNBOUNDED if right < 0 else right)
 
 
-def _real(op: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            value = float(value)  # numpy / torch scalars
-        except (TypeError, ValueError):
-            raise TypeError(f"{op}: {name} must be a real number, got {value!r}") from None
-    x = float(value)
+def _finite(op: str, name: str, x: float) -> float:
     if not math.isfinite(x):
         raise ValueError(f"{op}: {name} must be finite, got {x}")
     return x
 
 
-def _scales(op: str, scale: Any, softcap: Any, d: int) -> tuple[float, float, int]:
+def _scales(
+    op: str, scale: float | None, softcap: float | None, d: int
+) -> tuple[float, float, int]:
     """(scale_log2, softcap_pre, flag): the kernel's logits are s = qk * scale_log2, or with a
     softcap s = tanh(qk * scale / cap) * cap * log2(e) (Gemma-2), both in the log2 domain."""
-    sc = 1.0 / math.sqrt(d) if scale is None else _real(op, "scale", scale)
-    cap = 0.0 if softcap is None else _real(op, "softcap", softcap)
+    sc = 1.0 / math.sqrt(d) if scale is None else _finite(op, "scale", scale)
+    cap = 0.0 if softcap is None else _finite(op, "softcap", softcap)
     if cap < 0:
         raise ValueError(f"{op}: softcap must be positive (or 0 / None for none), got {cap}")
     if cap == 0:
         return sc * _LOG2E, 0.0, 0
     return cap * _LOG2E, sc / cap, _F_SOFTCAP
-
-
-def _tiles(fam: Any, dtype: str) -> list[Tile]:
-    """The variants of the loaded image that hold a ``dtype`` forward kernel, in path order."""
-    forced = os.environ.get("AOTKERNELS_ATTENTION_PATH", "")
-    if forced and forced not in _PATH_ORDER:
-        raise ValueError(
-            f"AOTKERNELS_ATTENTION_PATH must be one of {', '.join(_PATH_ORDER)}, got {forced!r}"
-        )
-    out = []
-    for name, v in fam.variants.items():
-        if f"ak_attn_fwd_{dtype}_{name}" not in fam.kernels:
-            continue
-        if forced and v["path"] != forced:
-            continue
-        ints = [int(v[key]) for key in ("decode", "d", "bm", "bn", "threads", "smem")]
-        out.append(Tile(name, str(v["path"]), *ints))
-    out.sort(key=lambda t: (_PATH_ORDER.index(t.path), t.d))
-    return out
-
-
-def _pick(op: str, tiles: Sequence[Tile], d: int, dtype: str, where: str) -> Tile:
-    decode = int(op == "attention_decode")
-    for t in tiles:
-        if t.d >= d and t.decode == decode:
-            return t
-    raise NoKernelImageError(
-        f"{op}: no {dtype_name(dtype)} attention kernel for head dim {d} on {where}; "
-        f"{dtype_name(dtype)} needs tensor cores this GPU lacks (bf16: sm_80+)"
-    )
 
 
 def _qkv_shapes(op: str, q: Meta, k: Meta, v: Meta, kn: str, vn: str, nd: int) -> None:
@@ -252,67 +213,34 @@ def _qkv_shapes(op: str, q: Meta, k: Meta, v: Meta, kn: str, vn: str, nd: int) -
         )
 
 
-def _out_checks(op: str, out: Meta | None, shape: tuple[int, ...], dtype: str) -> None:
-    if out is None:
-        return
-    if tuple(out.shape) != shape:
-        raise ValueError(f"{op}: out.shape must be {shape}, got {out.shape}")
-    if out.dtype != dtype:
-        raise TypeError(f"{op}: out.dtype must be {dtype_name(dtype)}, got {dtype_name(out.dtype)}")
-    _check_layout(op, "out", out)
-    _check_written(op, "out", out)
-
-
-# --- validation and configuration (pure) -----------------------------------------------------
-
-
-class Problem(NamedTuple):
-    """A validated call, independent of the device: what ``configure`` turns into a launch."""
-
-    op: str
-    dtype: str
-    batch: int
-    sq: int  # the query length (varlen: max_seqlen_q)
-    sk: int  # the key length (varlen: max_seqlen_k; decode: the cache capacity)
-    heads: int
-    kv_heads: int
-    d: int
-    q: tuple[int, int, int]  # strides (batch, seq, head) in elements; varlen: batch 0
-    k: tuple[int, int, int]  # paged: (page, slot, head)
-    v: tuple[int, int, int]
-    o: tuple[int, int, int]
-    window: tuple[int, int]
-    scale_log2: float
-    softcap_pre: float
-    flags: int  # everything but pack / split, which depend on the tile
-    out_shape: tuple[int, ...]
-    lse_shape: tuple[int, ...]
-    lse: tuple[int, int]  # (batch, head) strides of the LSE
-    page_size: int = 0
-    bt_sb: int = 0
-
-
 def _strides3(m: Meta) -> tuple[int, int, int]:
     if len(m.strides) == 4:
         return m.strides[0], m.strides[1], m.strides[2]
     return 0, m.strides[0], m.strides[1]
 
 
-def _out_strides(out: Meta | None, shape: tuple[int, ...]) -> tuple[int, int, int]:
-    if out is not None:
-        return _strides3(out)
-    return _strides3(Meta(shape, tuple(contiguous_strides(shape)), "", True))
+def _seqlens_meta(op: str, name: str, m: Meta, n: int | None) -> int:
+    if m.dtype != "int32":
+        raise TypeError(f"{op}: {name}.dtype must be int32, got {dtype_name(m.dtype)}")
+    if len(m.shape) != 1 or (n is not None and m.shape[0] != n):
+        want = f"({n},)" if n is not None else "1-D [batch + 1]"
+        raise ValueError(f"{op}: {name}.shape must be {want}, got {m.shape}")
+    if m.shape[0] > 1 and m.strides[0] != 1:
+        raise ValueError(f"{op}: {name} must be contiguous, got stride {m.strides[0]}")
+    return m.shape[0]
+
+
+# --- validation (pure: metadata and attributes) ----------------------------------------------
 
 
 def validate_dense(
     q: Meta,
     k: Meta,
     v: Meta,
-    out: Meta | None,
-    causal: Any,
-    scale: Any,
-    window: Any,
-    softcap: Any,
+    causal: bool,
+    scale: float | None,
+    window: tuple[int, ...] | None,
+    softcap: float | None,
     return_lse: bool,
 ) -> Problem:
     """``attention``: q [B, Sq, H, D], k / v [B, Sk, Hkv, D]."""
@@ -328,55 +256,13 @@ def validate_dense(
         raise ValueError(f"{op}: sequence lengths must be below 2**31, got {max(sq, sk)}")
     for name, m in (("q", q), ("k", k), ("v", v)):
         _check_layout(op, name, m)
-    _out_checks(op, out, tuple(q.shape), q.dtype)
     win = _window(op, causal, window)
     scale_log2, pre, flags = _scales(op, scale, softcap, d)
     flags |= _F_LSE if return_lse else 0
-    shape = tuple(q.shape)
     return Problem(
-        op,
-        q.dtype,
-        b,
-        sq,
-        sk,
-        h,
-        hkv,
-        d,
-        _strides3(q),
-        _strides3(k),
-        _strides3(v),
-        _out_strides(out, shape),
-        win,
-        scale_log2,
-        pre,
-        flags,
-        shape,
-        (b, h, sq),
-        (h * sq, sq),
-    )
-
-
-def _seqlens_meta(op: str, name: str, m: Meta, n: int | None) -> int:
-    if m.dtype != "int32":
-        raise TypeError(f"{op}: {name}.dtype must be int32, got {dtype_name(m.dtype)}")
-    if len(m.shape) != 1 or (n is not None and m.shape[0] != n):
-        want = f"({n},)" if n is not None else "1-D [batch + 1]"
-        raise ValueError(f"{op}: {name}.shape must be {want}, got {m.shape}")
-    if m.shape[0] > 1 and m.strides[0] != 1:
-        raise ValueError(f"{op}: {name} must be contiguous, got stride {m.strides[0]}")
-    return m.shape[0]
-
-
-def _max_len(op: str, name: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{op}: {name} must be an int, got bool")
-    try:
-        n = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__}") from None
-    if not 0 <= n <= _MAX_SEQ:
-        raise ValueError(f"{op}: {name} must be in [0, 2**31 - 1], got {n}")
-    return n
+        op, q.dtype, b, sq, sk, h, hkv, d, _strides3(q), _strides3(k), _strides3(v), win,
+        scale_log2, pre, flags, tuple(q.shape), (b, h, sq), (h * sq, sq),
+    )  # fmt: skip
 
 
 def validate_varlen(
@@ -385,13 +271,12 @@ def validate_varlen(
     v: Meta,
     cu_q: Meta,
     cu_k: Meta,
-    max_seqlen_q: Any,
-    max_seqlen_k: Any,
-    out: Meta | None,
-    causal: Any,
-    scale: Any,
-    window: Any,
-    softcap: Any,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    causal: bool,
+    scale: float | None,
+    window: tuple[int, ...] | None,
+    softcap: float | None,
     return_lse: bool,
 ) -> Problem:
     """``attention_varlen``: q [total_q, H, D], k / v [total_k, Hkv, D], cu_seqlens [B + 1].
@@ -409,40 +294,32 @@ def validate_varlen(
     if nb < 1:
         raise ValueError(f"{op}: cu_seqlens_q.shape must be (batch + 1,), got {cu_q.shape}")
     _seqlens_meta(op, "cu_seqlens_k", cu_k, nb)
-    msq = _max_len(op, "max_seqlen_q", max_seqlen_q)
-    msk = _max_len(op, "max_seqlen_k", max_seqlen_k)
+    for name, n in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if not 0 <= n <= _MAX_SEQ:
+            raise ValueError(f"{op}: {name} must be in [0, 2**31 - 1], got {n}")
     if max(total_q, k.shape[0]) > _MAX_SEQ:
         raise ValueError(
             f"{op}: packed lengths must be below 2**31, got {max(total_q, k.shape[0])}"
         )
     for name, m in (("q", q), ("k", k), ("v", v)):
         _check_layout(op, name, m)
-    _out_checks(op, out, tuple(q.shape), q.dtype)
     win = _window(op, causal, window)
     scale_log2, pre, flags = _scales(op, scale, softcap, d)
     flags |= _F_VARLEN | (_F_LSE if return_lse else 0)
-    shape = tuple(q.shape)
     return Problem(
-        op,
-        q.dtype,
-        nb - 1,
-        msq,
-        msk,
-        h,
-        hkv,
-        d,
-        _strides3(q),
-        _strides3(k),
-        _strides3(v),
-        _out_strides(out, shape),
-        win,
-        scale_log2,
-        pre,
-        flags,
-        shape,
-        (h, total_q),
-        (0, total_q),
-    )
+        op, q.dtype, nb - 1, max_seqlen_q, max_seqlen_k, h, hkv, d, _strides3(q), _strides3(k),
+        _strides3(v), win, scale_log2, pre, flags, tuple(q.shape), (h, total_q), (0, total_q),
+    )  # fmt: skip
+
+
+def decode_splits(batch: int, kv_heads: int, rows_per_kv: int, capacity: int) -> int:
+    """Split-KV factor of a decode launch: about ``_SPLIT_CTAS`` one-warp CTAs (what keeps enough
+    K / V tiles in flight to stream the cache), each split keeping ``_SPLIT_KEYS`` keys or more
+    so that its partial is worth the combine. No device input: the workspace shape follows."""
+    ctas = math.ceil(rows_per_kv / _DECODE_ROWS) * kv_heads * batch
+    if ctas == 0 or ctas >= _SPLIT_CTAS:
+        return 1
+    return max(1, min(_SPLIT_CTAS // ctas, capacity // _SPLIT_KEYS, _MAX_SPLITS))
 
 
 def validate_decode(
@@ -451,10 +328,9 @@ def validate_decode(
     v: Meta,
     seqlens: Meta,
     block_table: Meta | None,
-    out: Meta | None,
-    causal: Any,
-    scale: Any,
-    softcap: Any,
+    causal: bool,
+    scale: float | None,
+    softcap: float | None,
 ) -> Problem:
     """``attention_decode``: q [B, Sq <= 16, H, D]; cache [B, Smax, Hkv, D], or pages
     [num_blocks, page_size >= 16, Hkv, D] with block_table [B, max_blocks] (int32)."""
@@ -499,238 +375,205 @@ def validate_decode(
         raise ValueError(f"{op}: the cache holds at most 2**31 - 1 positions, got {capacity}")
     for name, m in (("q", q), ("k_cache", k), ("v_cache", v)):
         _check_layout(op, name, m)
-    _out_checks(op, out, tuple(q.shape), q.dtype)
     win = _window(op, causal, None)
     scale_log2, pre, cap_flag = _scales(op, scale, softcap, d)
-    shape = tuple(q.shape)
+    splits = decode_splits(b, hkv, sq * (h // hkv), capacity)
     return Problem(
-        op,
-        q.dtype,
-        b,
-        sq,
-        capacity,
-        h,
-        hkv,
-        d,
-        _strides3(q),
-        _strides3(k),
-        _strides3(v),
-        _out_strides(out, shape),
-        win,
-        scale_log2,
-        pre,
-        flags | cap_flag,
-        shape,
-        (b, h, sq),
-        (h * sq, sq),
-        page,
-        bt_sb,
+        op, q.dtype, b, sq, capacity, h, hkv, d, _strides3(q), _strides3(k), _strides3(v), win,
+        scale_log2, pre, flags | cap_flag, tuple(q.shape), (b, h, sq), (h * sq, sq), page, bt_sb,
+        splits,
+    )  # fmt: skip
+
+
+# --- configuration (pure: a Problem, the output layout, the loaded variants) ------------------
+
+
+def _tiles(fam: Any, dtype: str) -> list[Tile]:
+    """The variants of the loaded image that hold a ``dtype`` forward kernel, in path order."""
+    forced = os.environ.get(ENV, "")
+    if forced and forced not in _PATH_ORDER:
+        raise ValueError(f"{ENV} must be one of {', '.join(_PATH_ORDER)}, got {forced!r}")
+    out = []
+    for name, v in fam.variants.items():
+        if f"ak_attn_fwd_{dtype}_{name}" not in fam.kernels:
+            continue
+        if forced and v["path"] != forced:
+            continue
+        ints = [int(v[key]) for key in ("decode", "d", "bm", "bn", "threads", "smem")]
+        out.append(Tile(name, str(v["path"]), *ints))
+    out.sort(key=lambda t: (_PATH_ORDER.index(t.path), t.d))
+    return out
+
+
+def _pick(op: str, tiles: Sequence[Tile], d: int, dtype: str, where: str) -> Tile:
+    decode = int(op == "attention_decode")
+    for t in tiles:
+        if t.d >= d and t.decode == decode:
+            return t
+    raise NoKernelImageError(
+        f"{op}: no {dtype_name(dtype)} attention kernel for head dim {d} on {where}; "
+        f"{dtype_name(dtype)} needs tensor cores this GPU lacks (bf16: sm_80+)"
     )
 
 
-def num_splits(ctas: int, key_tiles: int, sm_count: int) -> int:
-    """Split-KV factor of a decode launch: about 4 one-warp CTAs per SM (what keeps enough
-    K / V tiles in flight to stream the cache), each split keeping at least 4 key tiles so that
-    its partial is worth the combine."""
-    target = 4 * sm_count
-    if ctas >= target or key_tiles < 8:
-        return 1
-    return max(1, min(target // ctas, key_tiles // 4, _MAX_SPLITS))
-
-
 def configure(
-    p: Problem, tiles: Sequence[Tile], sm_count: int, where: str = "this device"
+    p: Problem, out: tuple[int, ...], tiles: Sequence[Tile], where: str = "this device"
 ) -> Config:
-    """The launch of a validated problem on a device with these variants and SMs."""
+    """The launch of a validated problem: ``out`` the output's strides (in elements)."""
     tile = _pick(p.op, tiles, p.d, p.dtype, where)
     group = p.heads // p.kv_heads
     decode = p.op == "attention_decode"
+    if decode and tile.bm != _DECODE_ROWS:
+        raise AssertionError(f"{tile.name}: decode tiles must have {_DECODE_ROWS} rows")
     # GQA packing: a group's query heads share the tile when the queries are too few to fill it
     # (always for decode): K/V are then read once per KV head.
     pack = group > 1 and (decode or p.sq * group <= tile.bm)
     rows = p.sq * group if pack else p.sq
     slots = p.kv_heads if pack else p.heads
     m_blocks = max(1, math.ceil(rows / tile.bm))
-    splits = 1
-    if decode:
-        splits = num_splits(m_blocks * slots * p.batch, math.ceil(p.sk / tile.bn), sm_count)
     if slots > _MAX_GRID_YZ:
         raise ValueError(f"{p.op}: at most {_MAX_GRID_YZ} heads per launch, got {slots}")
-    if p.batch * splits > _MAX_GRID_YZ:
+    if p.batch * p.splits > _MAX_GRID_YZ:
         raise ValueError(f"{p.op}: at most {_MAX_GRID_YZ} sequences per launch, got {p.batch}")
-    flags = p.flags | (_F_PACK if pack else 0) | (_F_SPLIT if splits > 1 else 0)
+    flags = p.flags | (_F_PACK if pack else 0) | (_F_SPLIT if p.splits > 1 else 0)
+    o = (0, out[0], out[1]) if len(out) == 3 else out[:3]
     acc_rows = p.batch * p.heads * p.sq
     fields: dict[str, int | float] = {
-        "q_sb": p.q[0],
-        "q_ss": p.q[1],
-        "q_sh": p.q[2],
-        "k_sb": p.k[0],
-        "k_ss": p.k[1],
-        "k_sh": p.k[2],
-        "v_sb": p.v[0],
-        "v_ss": p.v[1],
-        "v_sh": p.v[2],
-        "o_sb": p.o[0],
-        "o_ss": p.o[1],
-        "o_sh": p.o[2],
-        "lse_sb": p.lse[0],
-        "lse_sh": p.lse[1],
-        "acc_split": acc_rows,
-        "bt_sb": p.bt_sb,
-        "window_left": p.window[0],
-        "window_right": p.window[1],
-        "batch": p.batch,
-        "heads": p.heads,
-        "kv_heads": p.kv_heads,
-        "d": p.d,
-        "seqlen_q": p.sq,
-        "seqlen_k": p.sk,
-        "page_size": p.page_size,
-        "num_splits": splits,
-        "flags": flags,
-        "scale_log2": p.scale_log2,
-        "softcap_pre": p.softcap_pre,
-    }
+        "q_sb": p.q[0], "q_ss": p.q[1], "q_sh": p.q[2],
+        "k_sb": p.k[0], "k_ss": p.k[1], "k_sh": p.k[2],
+        "v_sb": p.v[0], "v_ss": p.v[1], "v_sh": p.v[2],
+        "o_sb": o[0], "o_ss": o[1], "o_sh": o[2],
+        "lse_sb": p.lse[0], "lse_sh": p.lse[1], "acc_split": acc_rows, "bt_sb": p.bt_sb,
+        "window_left": p.window[0], "window_right": p.window[1],
+        "batch": p.batch, "heads": p.heads, "kv_heads": p.kv_heads, "d": p.d,
+        "seqlen_q": p.sq, "seqlen_k": p.sk, "page_size": p.page_size, "num_splits": p.splits,
+        "flags": flags, "scale_log2": p.scale_log2, "softcap_pre": p.softcap_pre,
+    }  # fmt: skip
     warps = tile.threads // 32
     return Config(
-        tile.name,
-        fields,
-        (m_blocks, slots, p.batch * splits),
-        tile.threads,
-        tile.smem,
-        p.out_shape,
-        p.lse_shape,
-        splits,
-        math.ceil(acc_rows / warps),
-        tile.threads,
-    )
+        tile.name, fields, (m_blocks, slots, p.batch * p.splits), tile.threads, tile.smem,
+        p.splits, math.ceil(acc_rows / warps), tile.threads,
+    )  # fmt: skip
 
 
-# --- binding and launch ----------------------------------------------------------------------
+# --- the declarations --------------------------------------------------------------------------
+
+_COMMON = (
+    Attr("causal", "bool", False),
+    Attr("scale", "float?", None),
+    Attr("window", "int[]?", None),
+    Attr("softcap", "float?", None),
+)
 
 
-def _no_grad(op: str, arrays: Sequence[tuple[str, Any]]) -> None:
-    """No backward here: a tensor that wants gradients must not silently lose them."""
-    for name, a in arrays:
-        if getattr(a, "requires_grad", False) is True and type(a).__module__.startswith("torch"):
-            import torch
+def _problem(a: Args) -> Problem:
+    """The op's Problem from its declared arguments."""
+    lse = a.op.endswith("_lse")
+    if a.op.startswith("attention_decode"):
+        bt = a["block_table"]
+        return validate_decode(
+            a.need("q"), a.need("k_cache"), a.need("v_cache"), a.need("cache_seqlens"), bt,
+            a.attr("causal"), a.attr("scale"), a.attr("softcap"),
+        )  # fmt: skip
+    if a.op.startswith("attention_varlen"):
+        return validate_varlen(
+            a.need("q"), a.need("k"), a.need("v"), a.need("cu_seqlens_q"),
+            a.need("cu_seqlens_k"), a.attr("max_seqlen_q"), a.attr("max_seqlen_k"),
+            a.attr("causal"), a.attr("scale"), a.attr("window"), a.attr("softcap"), lse,
+        )  # fmt: skip
+    return validate_dense(
+        a.need("q"), a.need("k"), a.need("v"), a.attr("causal"), a.attr("scale"),
+        a.attr("window"), a.attr("softcap"), lse,
+    )  # fmt: skip
 
-            if torch.is_grad_enabled():
-                raise NotImplementedError(
-                    f"{op}: {name} requires grad, and the backward pass is not implemented; "
-                    "call it under torch.no_grad() or pass detached tensors"
-                )
+
+def _shapes(a: Args) -> tuple[OutSpec, ...]:
+    p = _problem(a)
+    specs = [OutSpec(p.out_shape, p.dtype)]
+    if a.op.endswith("_lse"):
+        specs.append(OutSpec(p.lse_shape, "f32"))
+    if p.op == "attention_decode":  # the split-KV workspace (empty without splits)
+        parts = p.splits if p.splits > 1 else 0
+        rows = p.batch * p.heads * p.sq
+        specs += [OutSpec((parts, rows, p.d), "f32"), OutSpec((parts, rows), "f32")]
+    return tuple(specs)
 
 
-def _launch(
-    fam: Any,
-    symbol: str,
-    grid: tuple[int, int, int],
-    block: int,
-    smem: int,
-    fields: Mapping[str, int | float],
-    ptrs: Mapping[str, int],
-    stream: int,
-) -> None:
-    from .. import _core
-
-    values = [
-        ptrs.get(name, 0) if name not in fields else fields[name] for name in fam.field_offsets
+def _launch(a: Args) -> list[Launch]:
+    p = _problem(a)
+    out = a.out("out")
+    _check_layout(p.op, "out", out)
+    if math.prod(p.out_shape) == 0 or p.batch == 0:
+        return []
+    fam = a.family()
+    dev = fam.device
+    where = f"device {dev.index} ({dev.name}, cc {dev.cc_str}) running image {fam.choice.target}"
+    cfg = configure(p, out.strides, _tiles(fam, p.dtype), where)
+    decode = p.op == "attention_decode"
+    ptrs: dict[str, str | None] = {"out": "out", "q": "q"}
+    if decode:
+        ptrs.update(
+            k="k_cache", v="v_cache", seqused_k="cache_seqlens",
+            block_table="block_table" if a["block_table"] is not None else None,
+        )  # fmt: skip
+        if cfg.splits > 1:
+            ptrs.update(o_accum="o_accum", lse_accum="lse_accum")
+    else:
+        ptrs.update(k="k", v="v", lse="lse" if a.op.endswith("_lse") else None)
+        if p.flags & _F_VARLEN:
+            ptrs.update(cu_seqlens_q="cu_seqlens_q", cu_seqlens_k="cu_seqlens_k")
+    args = {**cfg.fields, **ptrs}
+    launches = [
+        Launch(f"ak_attn_fwd_{p.dtype}_{cfg.variant}", cfg.grid, (cfg.block,), args, cfg.smem)
     ]
-    plan = _core.LaunchPlan(
-        symbol,
-        fam.kernels[symbol],
-        fam.device.context,
-        list(grid),
-        [block, 1, 1],
-        smem,
-        fam.params.pack(*values),
-        fam.ptr_offsets,
-    )
-    plan(stream)
+    if cfg.splits > 1:
+        launches.append(
+            Launch(f"ak_attn_combine_{p.dtype}_{cfg.variant}", (cfg.combine_grid,),
+                   (cfg.combine_block,), args)
+        )  # fmt: skip
+    return launches
 
 
-def _hold(call: Call, arrays: Sequence[Any]) -> None:
-    """Keep the split-KV workspace alive until the launch stream has used it: torch's caching
-    allocator orders reuse only on the stream it allocated on (its current one)."""
-    if call.x.fw.name != "torch":
-        return
-    import torch
-
-    dev = call.x.device
-    if call.stream == torch.cuda.current_stream(dev).cuda_stream:
-        return
-    external: Any = torch.cuda.ExternalStream  # untyped in torch's stubs
-    ext = external(call.stream, device=dev)
-    for a in arrays:
-        a.record_stream(ext)
+def _env_key() -> str | None:
+    return os.environ.get(ENV)
 
 
-def _run(
-    call: Call,
-    p: Problem,
-    ptrs: dict[str, int],
-    out: Any,
-    return_lse: bool,
-) -> Any:
-    """Allocate out / lse / workspace, configure for the device, bind pointers, launch."""
-    res, oi = output(p.op, call, out, p.out_shape, p.dtype)
-    ptrs["out"] = oi.ptr
-    lse_obj = None
-    if return_lse:
-        lse_obj, li = output(p.op, call, None, p.lse_shape, "f32")
-        ptrs["lse"] = li.ptr
-    if math.prod(p.out_shape) and p.batch:
-        fam = _loader.family_on(FAMILY, call.x.device)
-        dev = fam.device
-        where = (
-            f"device {dev.index} ({dev.name}, cc {dev.cc_str}) running image {fam.choice.target}"
-        )
-        cfg = configure(p, _tiles(fam, p.dtype), dev.sm_count, where)
-        work: list[Any] = []
-        if cfg.splits > 1:
-            rows = int(cfg.fields["acc_split"])
-            o_acc, oa = output(p.op, call, None, (cfg.splits, rows, p.d), "f32")
-            l_acc, la = output(p.op, call, None, (cfg.splits, rows), "f32")
-            ptrs["o_accum"], ptrs["lse_accum"] = oa.ptr, la.ptr
-            work = [o_acc, l_acc]
-        fwd = f"ak_attn_fwd_{p.dtype}_{cfg.variant}"
-        _launch(fam, fwd, cfg.grid, cfg.block, cfg.smem, cfg.fields, ptrs, call.stream)
-        if cfg.splits > 1:
-            comb = f"ak_attn_combine_{p.dtype}_{cfg.variant}"
-            _launch(
-                fam,
-                comb,
-                (cfg.combine_grid, 1, 1),
-                cfg.combine_block,
-                0,
-                cfg.fields,
-                ptrs,
-                call.stream,
-            )
-            _hold(call, work)
-    result = finish(call, res, out is None)
-    if lse_obj is None:
-        return result
-    return result, finish(call, lse_obj, True)
+def _declare(name: str, inputs: tuple[Tensor, ...], attrs: tuple[Attr, ...], lse: bool) -> Op:
+    outputs = [Output("out")]
+    returns = ["out"]
+    if lse:
+        outputs.append(Output("lse"))
+        returns.append("lse")
+    if name == "attention_decode":
+        outputs += [Output("o_accum", hidden=True), Output("lse_accum", hidden=True)]
+    return Op(
+        name=name, family=FAMILY, inputs=inputs, attrs=attrs, outputs=tuple(outputs),
+        shapes=_shapes, launch=_launch, returns=tuple(returns), cache_key=_env_key,
+    )  # fmt: skip
 
 
-def _inputs(
-    op: str, q: Any, stream: Any, others: Sequence[tuple[str, Any]], out: Any
-) -> tuple[Call, dict[str, ArrayInfo], Meta | None]:
-    """Read every array (same device as q); out must not overlap any input."""
-    _no_grad(op, [("q", q), *others])
-    call = prepare(op, q, stream, "q")
-    infos = {"q": call.x}
-    for name, a in others:
-        if a is not None:
-            infos[name] = operand(op, name, a, call)
-    if out is None:
-        return call, infos, None
-    oi = operand(op, "out", out, call)
-    for name, info in infos.items():
-        check_disjoint(op, "out", oi, name, info)
-    return call, infos, Meta.of(oi)
+_QKV = (Tensor("q"), Tensor("k"), Tensor("v"))
+_VARLEN_IN = (*_QKV, Tensor("cu_seqlens_q"), Tensor("cu_seqlens_k"))
+_VARLEN_ATTRS = (Attr("max_seqlen_q", "int", 0), Attr("max_seqlen_k", "int", 0), *_COMMON)
+ATTENTION = _declare("attention", _QKV, _COMMON, lse=False)
+ATTENTION_LSE = _declare("attention_lse", _QKV, _COMMON, lse=True)
+ATTENTION_VARLEN = _declare("attention_varlen", _VARLEN_IN, _VARLEN_ATTRS, lse=False)
+ATTENTION_VARLEN_LSE = _declare("attention_varlen_lse", _VARLEN_IN, _VARLEN_ATTRS, lse=True)
+ATTENTION_DECODE = _declare(
+    "attention_decode",
+    (Tensor("q"), Tensor("k_cache"), Tensor("v_cache"), Tensor("cache_seqlens"),
+     Tensor("block_table", optional=True)),
+    (Attr("causal", "bool", False), Attr("scale", "float?", None), Attr("softcap", "float?", None)),
+    lse=False,
+)  # fmt: skip
+
+
+def _lse_flag(op: str, return_lse: Any, out: Any) -> bool:
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"{op}: return_lse must be a bool, got {type(return_lse).__name__}")
+    if return_lse and out is not None:
+        raise TypeError(f"{op}: out= cannot be combined with return_lse=True")
+    return return_lse
 
 
 def attention(
@@ -764,7 +607,8 @@ def attention(
     softcap : float, optional
         Gemma-2 soft-capping: logits become softcap * tanh(logits / softcap) (0 or None: off).
     return_lse : bool
-        Also return the f32 log-sum-exp of the (scaled, capped) logits, [B, H, Sq].
+        Also return the f32 log-sum-exp of the (scaled, capped) logits, [B, H, Sq]
+        (not with out=).
     out : CUDA array [B, Sq, H, D] of q's dtype, optional; must not overlap the inputs.
     stream : int or stream object, optional
         Defaults to the current stream of q's framework.
@@ -773,21 +617,10 @@ def attention(
     0 with an LSE of -inf. No backward: tensors that require grad (grad mode on) raise
     ``NotImplementedError``.
     """
-    op = "attention"
-    call, infos, om = _inputs(op, q, stream, [("k", k), ("v", v)], out)
-    p = validate_dense(
-        Meta.of(infos["q"]),
-        Meta.of(infos["k"]),
-        Meta.of(infos["v"]),
-        om,
-        causal,
-        scale,
-        window,
-        softcap,
-        bool(return_lse),
-    )
-    ptrs = {"q": infos["q"].ptr, "k": infos["k"].ptr, "v": infos["v"].ptr}
-    return _run(call, p, ptrs, out, bool(return_lse))
+    attrs = {"causal": causal, "scale": scale, "window": window, "softcap": softcap}
+    if _lse_flag("attention", return_lse, out):
+        return ATTENTION_LSE(q, k, v, stream=stream, **attrs)
+    return ATTENTION(q, k, v, out=out, stream=stream, **attrs)
 
 
 def attention_varlen(
@@ -815,26 +648,14 @@ def attention_varlen(
     scale, window, softcap, out and stream as in :func:`attention`, per sequence; return_lse
     gives an f32 [H, total_q] log-sum-exp.
     """
-    op = "attention_varlen"
-    others = [("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)]
-    call, infos, om = _inputs(op, q, stream, others, out)
-    p = validate_varlen(
-        Meta.of(infos["q"]),
-        Meta.of(infos["k"]),
-        Meta.of(infos["v"]),
-        Meta.of(infos["cu_seqlens_q"]),
-        Meta.of(infos["cu_seqlens_k"]),
-        max_seqlen_q,
-        max_seqlen_k,
-        om,
-        causal,
-        scale,
-        window,
-        softcap,
-        bool(return_lse),
-    )
-    ptrs = {n: infos[n].ptr for n in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k")}
-    return _run(call, p, ptrs, out, bool(return_lse))
+    attrs = {
+        "max_seqlen_q": max_seqlen_q, "max_seqlen_k": max_seqlen_k, "causal": causal,
+        "scale": scale, "window": window, "softcap": softcap,
+    }  # fmt: skip
+    arrays = (q, k, v, cu_seqlens_q, cu_seqlens_k)
+    if _lse_flag("attention_varlen", return_lse, out):
+        return ATTENTION_VARLEN_LSE(*arrays, stream=stream, **attrs)
+    return ATTENTION_VARLEN(*arrays, out=out, stream=stream, **attrs)
 
 
 def attention_decode(
@@ -861,31 +682,7 @@ def attention_decode(
     share a tile, so K/V are read once per KV head; splits are merged in a fixed order, so
     results are bitwise repeatable.
     """
-    op = "attention_decode"
-    others = [
-        ("k_cache", k_cache),
-        ("v_cache", v_cache),
-        ("cache_seqlens", cache_seqlens),
-        ("block_table", block_table),
-    ]
-    call, infos, om = _inputs(op, q, stream, others, out)
-    bt = infos.get("block_table")
-    p = validate_decode(
-        Meta.of(infos["q"]),
-        Meta.of(infos["k_cache"]),
-        Meta.of(infos["v_cache"]),
-        Meta.of(infos["cache_seqlens"]),
-        Meta.of(bt) if bt is not None else None,
-        om,
-        causal,
-        scale,
-        softcap,
-    )
-    ptrs = {
-        "q": infos["q"].ptr,
-        "k": infos["k_cache"].ptr,
-        "v": infos["v_cache"].ptr,
-        "seqused_k": infos["cache_seqlens"].ptr,
-        "block_table": bt.ptr if bt is not None else 0,
-    }
-    return _run(call, p, ptrs, out, False)
+    return ATTENTION_DECODE(
+        q, k_cache, v_cache, cache_seqlens, block_table, causal=causal, scale=scale,
+        softcap=softcap, out=out, stream=stream,
+    )  # fmt: skip
