@@ -197,10 +197,13 @@ auto with_description(B binding) {
       .template Attr<ffi::Span<const int64_t>>("tensor_maps");
 }
 
+// Command-buffer compatible: XLA may record the launch into the CUDA graph of a jitted program
+// (it records again when buffer addresses change); the handler's only device work is the launch.
 XLA_FFI_DEFINE_HANDLER(kLaunch, launch,
                        with_description(ffi::Ffi::Bind()
                                             .Ctx<ffi::PlatformStream<CUstream>>()
-                                            .Ctx<ffi::DeviceOrdinal>()));
+                                            .Ctx<ffi::DeviceOrdinal>()),
+                       {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER(kDescribe, describe, with_description(ffi::Ffi::Bind()));
 
 nb::capsule handler_capsule(XLA_FFI_Handler* fn) {

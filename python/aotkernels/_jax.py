@@ -156,7 +156,8 @@ def emit(
 # --- the generic lowering: an op declaration -> one ffi_call per launch ------------------------
 
 _OURS = {long: ours for ours, long in LONG_NAMES.items()}  # "bfloat16" -> "bf16"
-_eager: dict[Any, Any] = {}  # (op, attributes, device) -> the jitted lowering
+# (op, attributes, the op's extra launch state, device) -> the jitted lowering
+_eager: dict[Any, Any] = {}
 _MAX_EAGER = 1024  # attributes vary without end (eps sweeps): bound the cache
 _kernel_tables: dict[tuple[str, str], tuple[int, ...]] = {}
 
@@ -175,7 +176,7 @@ def call(op: Any, arrays: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
     if any(isinstance(a, jax.core.Tracer) for a in present):
         return lower(op, arrays, attrs, _default_device(op))
     device = _device_of(op, arrays)
-    key = (op.name, tuple(attrs.items()), device)
+    key = (op.name, tuple(attrs.items()), op.cache_key(), device)
     fn = _eager.get(key)
     if fn is None:
         fn = jax.jit(functools.partial(_lower_list, op, dict(attrs), device))

@@ -162,6 +162,8 @@ def _host_us_jax(fn: Callable[[], Any], calls: int, rounds: int = 5) -> float:
 
 
 def bench_jax(args: argparse.Namespace) -> list[dict[str, Any]]:
+    # JAX would take 75% of the GPU's memory on first use, starving the suites after this one.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     try:
         import jax
         import jax.numpy as jnp
