@@ -9,6 +9,7 @@ real handler against jnp references.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import struct
@@ -100,6 +101,30 @@ def test_import_does_not_import_jax() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT / "tests", check=True
     )
     assert r.stdout.strip() == "[]", r.stdout
+
+
+def test_doctor_says_whether_the_build_has_the_xla_extension(
+    capsys: pytest.CaptureFixture[str], installed_kernels: Any
+) -> None:
+    from importlib import metadata
+
+    from aotkernels.cli import main
+
+    assert main(["doctor", "--arch", "9.0", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)["jax"]
+    assert rep["xla_extension"] is (_xla_missing() is None)
+    assert rep["jaxlib"] == metadata.version("jaxlib")
+    if rep["xla_extension"]:
+        from aotkernels import _xla
+
+        assert rep["built_against_jaxlib"] == _xla.JAXLIB_VERSION
+        assert re.fullmatch(r"\d+\.\d+(\.\d+)?", rep["built_against_jaxlib"])
+        assert re.fullmatch(r"0\.\d+", rep["ffi_api"])
+        assert main(["doctor", "--arch", "9.0"]) == 0
+        text = " ".join(capsys.readouterr().out.split())  # rich may wrap the line
+        assert f"jax.jit: XLA extension built against jaxlib {_xla.JAXLIB_VERSION}'s" in text
+    else:
+        assert rep["built_against_jaxlib"] is None
 
 
 @needs_xla
