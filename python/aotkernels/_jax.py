@@ -177,12 +177,16 @@ def call(op: Any, arrays: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
         return lower(op, arrays, attrs, _default_device(op))
     device = _device_of(op, arrays)
     key = (op.name, tuple(attrs.items()), op.cache_key(), device)
-    fn = _eager.get(key)
+    try:
+        fn = _eager.get(key)
+    except TypeError:  # an unhashable attribute value: jit this call on its own
+        fn, key = None, None
     if fn is None:
         fn = jax.jit(functools.partial(_lower_list, op, dict(attrs), device))
-        if len(_eager) >= _MAX_EAGER:
-            _eager.clear()
-        _eager[key] = fn
+        if key is not None:
+            if len(_eager) >= _MAX_EAGER:
+                _eager.clear()
+            _eager[key] = fn
     return fn(list(arrays))
 
 
