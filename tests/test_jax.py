@@ -304,6 +304,18 @@ def test_lowering_reports_bad_inputs_with_the_ops_messages(no_gpu_needed: None) 
         _lowered(SILU, [jnp.ones((4, 8), jnp.int32)])
 
 
+@needs_xla
+def test_cpu_arrays_are_refused_by_name() -> None:
+    import aotkernels as ak
+
+    cpu = jax.devices("cpu")[0]
+    x = jax.device_put(jnp.ones((4, 8)), cpu)
+    with pytest.raises(ValueError, match="silu: x must be on a CUDA device, got one on"):
+        ak.silu(x)
+    with jax.default_device(cpu), pytest.raises(NotImplementedError, match="CUDA devices only"):
+        jax.jit(ak.silu)(x)
+
+
 # --- the real handler on a GPU ----------------------------------------------------------------
 
 
