@@ -121,7 +121,7 @@ template <int kSlots>
 struct layer_norm_backward_row {
   static constexpr bool kStream = false;
   static constexpr int kMaxN = 2;
-  static constexpr int kScalarN = 1;  // 2 spilled ~250 bytes in 16-bit (two sets of sums)
+  static constexpr int kScalarN = 2;
   float dw[kSlots], db[kSlots];
   bool has_w, has_b;
 

@@ -855,12 +855,12 @@ __device__ __forceinline__ void each_row_grad(const A& a, GroupReducer& red, flo
   op.template finish<R>(a);
 }
 
-// Entry of the backward ops. `vecs_per_thread` picks the register engine's N: 1, 2 or 4 in the
-// vector layout, Op::kScalarN in the scalar one; N is at most Op::kMaxN (paths an op does not
-// take are not compiled, so they do not raise its register count). 0 picks the streaming
-// engine, which only ops with kStream have: an op with per-column sums needs the row in
-// registers, the host never launches it otherwise, and a launch shape that does not fit writes
-// nothing.
+// Entry of the backward ops. In the vector layout `vecs_per_thread` picks the register engine's
+// N (1, 2 or 4, at most Op::kMaxN: paths an op does not take are not compiled, so they do not
+// raise its register count); the scalar layout keeps Op::kScalarN packets whenever they hold the
+// row. Other rows take the streaming engine, which only ops with kStream have: an op with
+// per-column sums needs the row in registers, the host never launches it otherwise, and a
+// launch shape that does not fit writes nothing.
 template <template <int> class Op, class A>
 __device__ __forceinline__ void run_grad(const A& a, int vecs_per_thread, float eps) {
   __shared__ GroupReducer::Buffer smem;
@@ -876,7 +876,7 @@ __device__ __forceinline__ void run_grad(const A& a, int vecs_per_thread, float 
     if constexpr (O::kMaxN >= 4) {
       if (n == 4) return each_row_grad<Op, GradRow, 4, true>(a, red, eps);
     }
-  } else if (n == O::kScalarN) {
+  } else if (int64_t(O::kScalarN) * per_packet >= a.cols()) {
     return each_row_grad<Op, GradRow, O::kScalarN, false>(a, red, eps);
   }
   if constexpr (O::kStream) {
