@@ -314,11 +314,14 @@ def grads64(f: Any, dy: Any, *inputs: Any) -> list[Any]:
     return [None if t is None else t.grad for t in leaves]
 
 
-def check(out: Any, ref: Any, what: str) -> None:
+def check(out: Any, ref: Any, what: str, scale: float | None = None) -> None:
+    """``out`` within the dtype's tolerance of ``ref``; the absolute part is relative to
+    ``scale``, by default the largest |ref|."""
     import torch
 
     rtol, atol = TOLERANCES[str(out.dtype).removeprefix("torch.")]
-    scale = float(ref.abs().max()) if ref.numel() else 0.0
+    if scale is None:
+        scale = float(ref.abs().max()) if ref.numel() else 0.0
     torch.testing.assert_close(out.double(), ref, rtol=rtol, atol=atol * max(scale, 1e-30),
                                msg=lambda m: f"{what}: {m}")  # fmt: skip
 
@@ -497,6 +500,21 @@ def _ln64(x: Any, w: Any, b: Any, eps: float) -> Any:
 NORM_COLS = [*ODD_COLS, 4096, 8192, 16384]
 
 
+def _dx_scale(x: Any, w: Any, dy: Any, eps: float) -> float:
+    """The size of the terms dx is a difference of (rstd * w * dy): with short rows they cancel
+    almost exactly (one column: rms_norm's dx is w * dy * rstd * eps / (x^2 + eps)), and the f32
+    error is relative to them, not to the difference. The larger of the two norms' rstd."""
+    import torch
+
+    xd = x.double()
+    rstd = torch.maximum(
+        (xd.var(-1, unbiased=False, keepdim=True) + eps).rsqrt(),
+        (xd.square().mean(-1, keepdim=True) + eps).rsqrt(),
+    )
+    g = dy.double() if w is None else dy.double() * w.double()
+    return float((rstd * g).abs().max())
+
+
 def _norm_case(op: str, dtype: str, rows: int, cols: int, weight: bool, bias: bool) -> None:
     if cols > bw.norm_max_hidden(4 if dtype == "float32" else 2):
         pytest.skip("beyond the register-resident rows (NotImplementedError, tested on CPU)")
@@ -512,8 +530,12 @@ def _norm_case(op: str, dtype: str, rows: int, cols: int, weight: bool, bias: bo
     else:
         rx, rw, rb = grads64(lambda a, c, e: _ln64(a, c, e, eps), dy, x, w, b)
     what = f"{op} {dtype} {rows}x{cols} weight={weight} bias={bias}"
-    check(dx, rx, what + " dx")
-    if weight:
+    check(dx, rx, what + " dx", _dx_scale(x, w, dy, eps))
+    if weight and op == "layer_norm_backward" and cols == 1:
+        # a one-element row normalizes to 0: dweight is exactly 0 (the float64 reference
+        # carries ~1e-14 of rounding)
+        assert not dw.any(), what
+    elif weight:
         check(dw, rw, what + " dweight")
     if bias:
         check(db, rb, what + " dbias")
@@ -574,7 +596,7 @@ def test_norm_backward_strided_and_misaligned(op: str, dtype: str, cols: int) ->
         b = torch.zeros_like(w)  # its value does not enter any gradient
         rx, rw, rb = grads64(lambda a, c, e: _ln64(a, c, e, 1e-5), dy, x, w, b)
         check(db, rb, f"{op} {dtype} strided dbias")
-    check(dx, rx, f"{op} {dtype} strided dx")
+    check(dx, rx, f"{op} {dtype} strided dx", _dx_scale(x, w, dy, 1e-5))
     check(dw, rw, f"{op} {dtype} strided dweight")
     assert torch.isnan(wide[:, cols:]).all()
 
