@@ -108,6 +108,12 @@ def bench_launch(args: argparse.Namespace) -> list[dict[str, Any]]:
     add("aotkernels relu(x)", lambda: ak.relu(x))
     add("aotkernels relu(x, out=y)", lambda: ak.relu(x, out=y))
     add("torch.relu(x)", lambda: torch.relu(x))
+    add("torch.ops.aotkernels.relu(x)", lambda: torch.ops.aotkernels.relu(x))
+    h = torch.randn(4, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    add("aotkernels rms_norm(h, w)", lambda: ak.rms_norm(h, w))
+    add("torch.ops.aotkernels.rms_norm(h, w)", lambda: torch.ops.aotkernels.rms_norm(h, w))
+    add("F.rms_norm(h, (4096,), w)", lambda: torch.nn.functional.rms_norm(h, (4096,), w))
     add("torch.add(x, 1, out=y)", lambda: torch.add(x, 1, out=y))
     try:
         import cupy as cp
@@ -132,9 +138,11 @@ def bench_launch(args: argparse.Namespace) -> list[dict[str, Any]]:
         add("cuda.core launch", lambda: launch(stream, cfg, kern, x.data_ptr(), y.data_ptr(), nn))
     except Exception as e:
         add("cuda.core launch", None, f"unavailable: {e}")
-    base = rows[2]["us_per_call"]
+    # Each row against torch's own op of the same kind (relu, or rms_norm for the norm rows).
+    base = {r["path"]: r["us_per_call"] for r in rows}
     for r in rows:
-        r["ratio_to_torch_relu"] = (r["us_per_call"] / base) if r["us_per_call"] else None
+        anchor = base["F.rms_norm(h, (4096,), w)" if "rms_norm" in r["path"] else "torch.relu(x)"]
+        r["ratio_to_torch_op"] = (r["us_per_call"] / anchor) if r["us_per_call"] else None
     return rows
 
 
@@ -671,9 +679,9 @@ def _print(rows: list[dict[str, Any]], title: str) -> None:
     Console(width=200).print(t)
 
 
-SUITES = ("launch", "elementwise", "norm", "gemm", "all")
+SUITES = ("launch", "elementwise", "norm", "gemm", "compiled", "backward", "all")
 SUITE_DTYPES = {"elementwise": tuple(FLOAT_DTYPES), "norm": tuple(FLOAT_DTYPES),
-                "gemm": GEMM_DTYPES}  # fmt: skip
+                "gemm": GEMM_DTYPES, "compiled": ("bf16",), "backward": ("bf16",)}  # fmt: skip
 
 
 def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -753,6 +761,13 @@ def main(argv: list[str] | None = None) -> int:
         _print(results["gemm"], "GEMM TFLOP/s (int8: TOP/s), ours / anchor ratio and goal")
         if args.chart:
             _try_chart(results["gemm"], _gemm_chart_path(args), f"GEMM on {results['device']}")
+    if args.what in ("compiled", "backward"):  # not in "all": minutes of compiling
+        from . import bench_frontends
+
+        results[args.what] = getattr(bench_frontends, f"bench_{args.what}")(args)
+        title = {"compiled": "Llama decoder layer under torch.compile (ms per layer)",
+                 "backward": "backward bandwidth (TB/s) and ratios"}[args.what]  # fmt: skip
+        _print(results[args.what], title)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
