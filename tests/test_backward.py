@@ -1,29 +1,36 @@
-"""Backward kernels: activation, gated, softmax, rms_norm and layer_norm gradients.
+"""Backward ops: activation, gated, softmax, rms_norm and layer_norm gradients.
 
-CPU: the pure shape checks and launch configuration of ``ops/_backward.py`` (typed errors, the
-capacity of every launch shape, the workspace size against the launch that uses it).
-GPU: each backward entry x dtype, launched directly from that configuration through
-``_core.LaunchPlan``, against float64 torch autograd of the reference formula evaluated on the
-same (already rounded) inputs: odd sizes, strided and misaligned rows, NaN-poisoned outputs
-(an element the kernel fails to write stays NaN and fails the comparison), bitwise
-repeatability of dweight / dbias.
+CPU: the declarations' shape rules (typed errors, output and workspace shapes), the capacity of
+every launch shape the heuristics produce, the workspace against the launches that use it, the
+torch schemas and fake implementations.
+GPU: every backward op x dtype against float64 torch autograd of the reference formula on the
+same (already rounded) inputs: odd sizes, strided and misaligned rows, NaN-poisoned outputs and
+workspace (the declaration's launches run on caller buffers filled with NaN, so an element a
+kernel fails to write fails the comparison), bitwise repeatability of dweight / dbias, autograd
+through the forward ops, torch.library.opcheck.
 """
 
 from __future__ import annotations
 
-import functools
-import math
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 
+import aotkernels as ak
 from aotkernels.ops import _backward as bw
+from aotkernels.ops import _op
+from aotkernels.ops._op import REGISTRY, Args, Meta
 
 DTYPES = ["float32", "float16", "bfloat16"]
 SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 ODD_COLS = [1, 17, 97, 111, 1025, 4097]
 ACTIVATIONS = ["relu", "gelu", "gelu_tanh", "silu", "sigmoid"]
 GATED = ["silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"]
+BACKWARD_OPS = [
+    "relu_backward", "gelu_backward", "silu_backward", "sigmoid_backward",
+    "silu_and_mul_backward", "gelu_and_mul_backward", "softmax_backward",
+    "rms_norm_backward", "layer_norm_backward",
+]  # fmt: skip
 
 # (rtol, atol relative to the largest |reference| of the array): the reference is float64
 # autograd on the very inputs the kernel read, so the difference is the kernel's f32 arithmetic
@@ -42,13 +49,6 @@ TOLERANCES = {
 }
 
 
-class Meta(NamedTuple):
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    dtype: str
-    align: int = 16
-
-
 def fake(shape: tuple[int, ...], dtype: str = "bf16", strides: Any = None, align: int = 16) -> Meta:
     if strides is None:
         strides, step = [], 1
@@ -58,61 +58,92 @@ def fake(shape: tuple[int, ...], dtype: str = "bf16", strides: Any = None, align
     return Meta(tuple(shape), tuple(strides), dtype, align)
 
 
-# --- CPU: shape checks -------------------------------------------------------------------------
+class _Args(Args):
+    sm_count = 132  # launch rules asked off the device
+
+
+def args(name: str, outs: dict[str, Meta] | None = None, **given: Any) -> Args:
+    """The Args a rule of op ``name`` sees: arrays (Meta) and attributes by name."""
+    op = REGISTRY[name]
+    metas = {t.name: given.get(t.name) for t in op.inputs}
+    attrs = {a.name: given.get(a.name, a.default) for a in op.attrs}
+    return _Args(op, metas, attrs, -1, outs)
+
+
+def shapes(name: str, **given: Any) -> tuple[Any, ...]:
+    return tuple(REGISTRY[name].shapes(args(name, **given)))
+
+
+# --- CPU: shape rules ----------------------------------------------------------------------------
 
 
 def test_elementwise_shapes_and_errors() -> None:
     x = fake((4, 6))
-    assert bw.elementwise_backward_shapes("silu_backward", fake((4, 6)), x) == [((4, 6), "bf16")]
+    assert shapes("silu_backward", grad=fake((4, 6)), x=x) == (((4, 6), "bf16"),)
     with pytest.raises(TypeError, match=r"silu_backward: x.dtype must be one of float32"):
-        bw.elementwise_backward_shapes("silu_backward", fake((4, 6), "int8"), fake((4, 6), "int8"))
+        shapes("silu_backward", grad=fake((4, 6), "int8"), x=fake((4, 6), "int8"))
     with pytest.raises(TypeError, match=r"silu_backward: grad.dtype must be bfloat16 \(the dtype"):
-        bw.elementwise_backward_shapes("silu_backward", fake((4, 6), "f32"), x)
+        shapes("silu_backward", grad=fake((4, 6), "f32"), x=x)
     with pytest.raises(ValueError, match=r"silu_backward: grad.shape must be \(4, 6\)"):
-        bw.elementwise_backward_shapes("silu_backward", fake((4, 5)), x)
+        shapes("silu_backward", grad=fake((4, 5)), x=x)
     with pytest.raises(ValueError, match=r"silu_backward: x must have a contiguous last dim"):
-        bw.elementwise_backward_shapes("silu_backward", fake((4, 6)), fake((4, 6), strides=(1, 4)))
+        shapes("silu_backward", grad=fake((4, 6)), x=fake((4, 6), strides=(1, 4)))
     with pytest.raises(ValueError, match=r"grad's leading dimensions must collapse"):
-        bw.elementwise_backward_shapes(
-            "silu_backward", fake((2, 3, 6), strides=(100, 7, 1)), fake((2, 3, 6))
-        )
+        shapes("silu_backward", grad=fake((2, 3, 6), strides=(100, 7, 1)), x=fake((2, 3, 6)))
+    with pytest.raises(ValueError, match=r"gelu_backward: approximate must be 'none' or 'tanh'"):
+        shapes("gelu_backward", grad=x, x=x, approximate="erf")
 
 
 def test_gated_and_softmax_shapes() -> None:
-    assert bw.gated_backward_shapes("silu_and_mul_backward", fake((3, 4)), fake((3, 8))) == [
-        ((3, 8), "bf16")
-    ]
+    g, x = fake((3, 4)), fake((3, 8))
+    assert shapes("silu_and_mul_backward", grad=g, x=x) == (((3, 8), "bf16"),)
     with pytest.raises(ValueError, match=r"x.shape\[-1\] must be even"):
-        bw.gated_backward_shapes("silu_and_mul_backward", fake((3, 4)), fake((3, 7)))
+        shapes("silu_and_mul_backward", grad=g, x=fake((3, 7)))
     with pytest.raises(ValueError, match=r"grad.shape must be \(3, 4\)"):
-        bw.gated_backward_shapes("silu_and_mul_backward", fake((3, 8)), fake((3, 8)))
-    assert bw.softmax_backward_shapes("softmax_backward", fake((2, 5)), fake((2, 5))) == [
-        ((2, 5), "bf16")
-    ]
+        shapes("gelu_and_mul_backward", grad=x, x=x)
+    y = fake((2, 5))
+    assert shapes("softmax_backward", grad=y, y=y) == (((2, 5), "bf16"),)
     with pytest.raises(TypeError, match=r"softmax_backward: grad.dtype must be bfloat16"):
-        bw.softmax_backward_shapes("softmax_backward", fake((2, 5), "f16"), fake((2, 5)))
+        shapes("softmax_backward", grad=fake((2, 5), "f16"), y=y)
+    with pytest.raises(NotImplementedError, match=r"dim must be the last dimension"):
+        shapes("softmax_backward", grad=y, y=y, dim=0)
 
 
 def test_norm_shapes_and_errors() -> None:
-    op = "layer_norm_backward"
-    outs = bw.norm_backward_shapes(op, fake((6, 32)), fake((6, 32)), fake((32,)), True)
-    assert outs[:3] == [((6, 32), "bf16"), ((32,), "bf16"), ((32,), "bf16")]
-    assert outs[3][1] == "f32" and outs[3][0][0] == 2
-    outs = bw.norm_backward_shapes("rms_norm_backward", fake((6, 32)), fake((6, 32)), None, False)
-    assert outs[1:] == [((0,), "bf16"), ((0,), "bf16"), ((0,), "f32")]
+    x, w = fake((6, 32)), fake((32,))
+    out = shapes("layer_norm_backward", grad=x, x=x, weight=w, bias=w)
+    assert out[:3] == (((6, 32), "bf16"), ((32,), "bf16"), ((32,), "bf16"))
+    assert out[3].dtype == "f32" and out[3].shape[0] == 2
+    out = shapes("layer_norm_backward", grad=x, x=x)
+    assert out[1:] == (((0,), "bf16"), ((0,), "bf16"), ((0,), "f32"))
+    out = shapes("rms_norm_backward", grad=x, x=x, weight=w)
+    assert out[:2] == (((6, 32), "bf16"), ((32,), "bf16")) and out[2].shape[0] == 1
     with pytest.raises(ValueError, match=r"weight.shape must be \(32,\)"):
-        bw.norm_backward_shapes(op, fake((6, 32)), fake((6, 32)), fake((31,)), False)
+        shapes("rms_norm_backward", grad=x, x=x, weight=fake((31,)))
     with pytest.raises(TypeError, match=r"weight.dtype must be bfloat16"):
-        bw.norm_backward_shapes(op, fake((6, 32)), fake((6, 32)), fake((32,), "f32"), False)
+        shapes("rms_norm_backward", grad=x, x=x, weight=fake((32,), "f32"))
     with pytest.raises(ValueError, match=r"weight must be contiguous"):
-        bw.norm_backward_shapes(op, fake((6, 32)), fake((6, 32)), fake((32,), strides=(2,)), False)
+        shapes("layer_norm_backward", grad=x, x=x, weight=fake((32,), strides=(2,)))
+    with pytest.raises(ValueError, match=r"grad.shape must be \(6, 32\)"):
+        shapes("rms_norm_backward", grad=fake((6, 31)), x=x, weight=w)
     with pytest.raises(ValueError, match=r"at least 1 dimension"):
-        bw.norm_backward_shapes(op, fake(()), fake(()), None, False)
+        shapes("layer_norm_backward", grad=fake(()), x=fake(()))
+    with pytest.raises(ValueError, match=r"eps must be a finite number >= 0"):
+        shapes("rms_norm_backward", grad=x, x=x, weight=w, eps=-1.0)
     for dtype, cap in (("bf16", 16384), ("f16", 16384), ("f32", 8192)):
-        bw.norm_backward_shapes(op, fake((2, cap), dtype), fake((2, cap), dtype), None, False)
+        big = fake((2, cap), dtype)
+        shapes("layer_norm_backward", grad=big, x=big)
+        big = fake((2, cap + 1), dtype)
         with pytest.raises(NotImplementedError, match=rf"must be <= {cap} for {dtype}"):
-            big = fake((2, cap + 1), dtype)
-            bw.norm_backward_shapes(op, big, big, None, False)
+            shapes("layer_norm_backward", grad=big, x=big)
+
+
+def test_workspace_shape_ignores_the_row_count() -> None:
+    """torch's fake tensors (and dynamic batch sizes) see a workspace of hidden and dtype."""
+    w = fake((4096,))
+    a = shapes("rms_norm_backward", grad=fake((1, 4096)), x=fake((1, 4096)), weight=w)
+    b = shapes("rms_norm_backward", grad=fake((9999, 4096)), x=fake((9999, 4096)), weight=w)
+    assert a[2] == b[2]
 
 
 # --- CPU: launch shapes -------------------------------------------------------------------------
@@ -158,46 +189,124 @@ def test_softmax_config_holds_every_row(itemsize: int, vectorized: bool) -> None
 @pytest.mark.parametrize("has_weight", [True, False])
 @pytest.mark.parametrize("has_bias", [True, False])
 def test_norm_launch_fits_its_workspace(has_weight: bool, has_bias: bool) -> None:
-    op = "layer_norm_backward"
     for dtype in ("f32", "bf16"):
-        for rows, hidden in [(1, 1), (3000, 17), (5, 4096), (16384, 4096), (100, 8192)]:
+        for rows, hidden in [(1, 1), (3000, 17), (5, 4096), (16384, 4096), (100, 8192), (0, 8)]:
             x = fake((rows, hidden), dtype)
             # misaligned x takes the scalar layout, whose launch may differ: both must fit
             for xa in (x, x._replace(align=2)):
-                w = fake((hidden,), dtype) if has_weight else None
-                outs = bw.norm_backward_shapes(op, x, xa, w, has_bias)
-                ws = outs[3][0]
-                launches = bw.norm_backward_launch(op, x, xa, w, x, 1e-5, has_bias)
+                given = {"grad": x, "x": xa}
+                if has_weight:
+                    given["weight"] = fake((hidden,), dtype)
+                if has_bias:
+                    given["bias"] = fake((hidden,), dtype)
+                ws = shapes("layer_norm_backward", **given)[3].shape
+                launches = REGISTRY["layer_norm_backward"].launch(
+                    args("layer_norm_backward", {"out": x}, **given)
+                )
                 if not (has_weight or has_bias):
-                    assert ws == (0,) and len(launches) == 1
-                    assert launches[0].args["ws"] is None
+                    assert ws == (0,) and len(launches) == (1 if rows else 0)
+                    assert all(ln.args["ws"] is None for ln in launches)
                     continue
-                row, red = launches
-                partials = row.grid[0] * row.block[1]
-                assert red.args["rows"] == partials
-                assert ws == (2 if has_bias else 1, ws[1]) and partials * hidden <= ws[1]
+                red = launches[-1]
+                assert red.symbol == f"ak_norm_reduce_cols_{dtype}"
                 assert red.grid == (-(-hidden // 32), 2 if has_bias else 1)
                 assert red.args["dweight"] == ("dweight" if has_weight else None)
                 assert red.args["dbias"] == ("dbias" if has_bias else None)
+                if rows == 0:  # no rows: the reduction alone writes zeros
+                    assert len(launches) == 1 and red.args["rows"] == 0
+                    continue
+                row = launches[0]
+                partials = row.grid[0] * row.block[1]
+                assert red.args["rows"] == partials
+                assert ws == (2 if has_bias else 1, ws[1]) and partials * hidden <= ws[1]
                 assert row.args["flags"] == int(has_weight) | 2 * int(has_bias)
 
 
 def test_elementwise_launch_layouts() -> None:
+    def launch(name: str, g: Meta, x: Meta, o: Meta) -> Any:
+        (ln,) = REGISTRY[name].launch(args(name, {"out": o}, grad=g, x=x))
+        return ln
+
     # contiguous: one long row; a strided operand splits all three at the last dim
-    (s,) = bw.elementwise_backward_launch("silu", fake((4, 6)), fake((4, 6)), fake((4, 6)), 132)
-    assert s.symbol == "ak_silu_backward_bf16" and (s.args["rows"], s.args["cols"]) == (1, 24)
-    strided = fake((4, 6), strides=(10, 1))
-    (s,) = bw.elementwise_backward_launch("gelu", strided, fake((4, 6)), fake((4, 6)), 132)
-    assert (s.args["rows"], s.args["cols"]) == (4, 6)
-    assert (s.args["dy_row_stride"], s.args["x_row_stride"], s.args["out_row_stride"]) == (10, 6, 6)
-    assert s.args["dy"] == "grad" and s.args["x"] == "x" and s.args["out"] == "out"
-    (s,) = bw.gated_backward_launch("silu_and_mul", fake((4, 3)), fake((4, 6)), fake((4, 6)), 132)
-    assert s.symbol == "ak_silu_and_mul_backward_bf16"
-    assert (s.args["rows"], s.args["d"], s.args["dy_row_stride"]) == (4, 3, 3)
-    assert bw.elementwise_backward_launch("relu", fake((0, 6)), fake((0, 6)), fake((0, 6)), 1) == []
+    c = fake((4, 6))
+    ln = launch("silu_backward", c, c, c)
+    assert ln.symbol == "ak_silu_backward_bf16" and (ln.args["rows"], ln.args["cols"]) == (1, 24)
+    ln = launch("gelu_backward", fake((4, 6), strides=(10, 1)), c, c)
+    assert ln.symbol == "ak_gelu_backward_bf16"
+    assert (ln.args["rows"], ln.args["cols"]) == (4, 6)
+    assert (ln.args["dy_row_stride"], ln.args["x_row_stride"], ln.args["out_row_stride"]) == (
+        10, 6, 6,
+    )  # fmt: skip
+    assert ln.args["dy"] == "grad" and ln.args["x"] == "x" and ln.args["out"] == "out"
+    ln = launch("silu_and_mul_backward", fake((4, 3)), fake((4, 6)), fake((4, 6)))
+    assert ln.symbol == "ak_silu_and_mul_backward_bf16"
+    assert (ln.args["rows"], ln.args["d"], ln.args["dy_row_stride"]) == (4, 3, 3)
+    e = fake((0, 6))
+    assert REGISTRY["relu_backward"].launch(args("relu_backward", {"out": e}, grad=e, x=e)) == []
 
 
-# --- GPU: direct launches -------------------------------------------------------------------------
+# --- CPU: torch front end -------------------------------------------------------------------------
+
+
+def test_schemas() -> None:
+    pytest.importorskip("torch")
+    from aotkernels import _torch
+
+    assert _torch.schema(REGISTRY["silu_backward"]) == (
+        "silu_backward(Tensor grad, Tensor x) -> Tensor"
+    )
+    assert _torch.schema(REGISTRY["gelu_backward"]) == (
+        'gelu_backward(Tensor grad, Tensor x, str approximate="none") -> Tensor'
+    )
+    assert _torch.schema(REGISTRY["softmax_backward"]) == (
+        "softmax_backward(Tensor grad, Tensor y, int dim=-1) -> Tensor"
+    )
+    assert _torch.schema(REGISTRY["rms_norm_backward"]) == (
+        "rms_norm_backward(Tensor grad, Tensor x, Tensor weight, float eps=1e-06) "
+        "-> (Tensor, Tensor)"
+    )
+    assert _torch.schema(REGISTRY["layer_norm_backward"]) == (
+        "layer_norm_backward(Tensor grad, Tensor x, Tensor? weight=None, Tensor? bias=None, "
+        "float eps=1e-05) -> (Tensor, Tensor, Tensor)"
+    )
+    for name in ("relu", "gelu", "silu", "sigmoid", "silu_and_mul", "gelu_and_mul", "softmax",
+                 "rms_norm", "layer_norm"):  # fmt: skip
+        assert REGISTRY[name].backward is not None, name
+
+
+def test_fake_impls() -> None:
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from aotkernels import _torch
+
+    _torch.register()
+    ops = torch.ops.aotkernels
+    with FakeTensorMode():
+        x = torch.empty(6, 64, device="cuda", dtype=torch.bfloat16)
+        w = torch.empty(64, device="cuda", dtype=torch.bfloat16)
+        assert ops.silu_backward(x, x).shape == (6, 64)
+        g = torch.empty(6, 32, device="cuda", dtype=torch.bfloat16)
+        assert ops.silu_and_mul_backward(g, x).shape == (6, 64)
+        assert ops.softmax_backward(x, x).shape == (6, 64)
+        dx, dw = ops.rms_norm_backward(x, x, w)
+        assert (dx.shape, dw.shape, dw.dtype) == ((6, 64), (64,), torch.bfloat16)
+        dx, dw, db = ops.layer_norm_backward(x, x, None, w)
+        assert (dw.shape, db.shape) == ((0,), (64,))
+
+
+# --- GPU helpers --------------------------------------------------------------------------------
+
+_KERNEL_OPS = {  # kernel -> (op, attrs)
+    "relu": ("relu_backward", {}),
+    "gelu": ("gelu_backward", {}),
+    "gelu_tanh": ("gelu_backward", {"approximate": "tanh"}),
+    "silu": ("silu_backward", {}),
+    "sigmoid": ("sigmoid_backward", {}),
+    "silu_and_mul": ("silu_and_mul_backward", {}),
+    "gelu_and_mul": ("gelu_and_mul_backward", {}),
+    "gelu_tanh_and_mul": ("gelu_and_mul_backward", {"approximate": "tanh"}),
+}
 
 
 def meta(t: Any) -> Meta:
@@ -210,84 +319,70 @@ def meta(t: Any) -> Meta:
     )
 
 
-@functools.cache
-def _fields(family: str) -> list[tuple[str, str]]:
-    from aotkernels._paths import matrix_path
-    from aotkernels.arch_matrix import load_matrix
-
-    return list(load_matrix(matrix_path(), check_sources=False).families[family].params)
-
-
-def _sms() -> int:
+def run_poisoned(name: str, inputs: dict[str, Any], given: dict[str, Any], **attrs: Any) -> dict:
+    """Op ``name``'s declared launches on NaN-filled output buffers (``given`` ones as passed,
+    the others, workspace included, allocated here): the runner's path minus its allocation."""
     import torch
 
-    return int(torch.cuda.get_device_properties(0).multi_processor_count)
-
-
-def launch(family: str, specs: list[bw.LaunchSpec], arrays: dict[str, Any]) -> None:
-    """What the op runner does: bind arrays by name, pack the parameters, launch in order."""
-    import torch
-
-    from aotkernels.ops._common import make_plan
-
+    op = REGISTRY[name]
+    full = [inputs.get(t.name) for t in op.inputs]
+    values = _op._bind(op, full, attrs)
+    attr_map = dict(zip((a.name for a in op.attrs), values, strict=True))
+    metas = {t.name: None if v is None else meta(v) for t, v in zip(op.inputs, full, strict=True)}
+    specs = op.shapes(Args(op, metas, attr_map, 0))
+    lead = next(v for v in full if v is not None)
+    outs = {}
+    for o, sp in zip(op.outputs, specs, strict=True):
+        t = given.get(o.name)
+        if t is None:
+            dtype = {v: k for k, v in SHORT.items()}[sp.dtype]
+            t = torch.full(sp.shape, float("nan"), dtype=getattr(torch, dtype), device=lead.device)
+        assert (tuple(t.shape), meta(t).dtype) == (tuple(sp.shape), sp.dtype), o.name
+        outs[o.name] = t
+    a = Args(op, metas, attr_map, 0, {n: meta(t) for n, t in outs.items()})
+    ptrs: dict[Any, int] = {None: 0}
+    ptrs.update({n: v.data_ptr() for n, v in {**inputs, **outs}.items() if v is not None})
     stream = torch.cuda.current_stream().cuda_stream
-    for s in specs:
-        values: list[Any] = []
-        for name, kind in _fields(family):
-            v = s.args.get(name, 0)
-            if kind == "ptr":
-                v = 0 if v is None else arrays[str(v)].data_ptr()
-            values.append(v)
-        make_plan(family, s.symbol, 0, s.grid, s.block, *values)(stream)
+    for plan, slots in _op._compile_launches(op, op.launch(a), 0):
+        plan(stream, *[ptrs[n] for n in slots])
+    return outs
 
 
-def _nan_like(t: Any, shape: Any = None, dtype: Any = None) -> Any:
+def _nan_like(t: Any, shape: Any) -> Any:
     import torch
 
-    return torch.full(t.shape if shape is None else shape, float("nan"),
-                      dtype=t.dtype if dtype is None else dtype, device=t.device)  # fmt: skip
+    return torch.full(shape, float("nan"), dtype=t.dtype, device=t.device)
 
 
 def act_backward(kernel: str, dy: Any, x: Any, out: Any = None) -> Any:
-    bw.elementwise_backward_shapes(f"{kernel}_backward", meta(dy), meta(x))
-    out = _nan_like(x) if out is None else out
-    specs = bw.elementwise_backward_launch(kernel, meta(dy), meta(x), meta(out), _sms())
-    launch("activation", specs, {"grad": dy, "x": x, "out": out})
-    return out
+    name, attrs = _KERNEL_OPS[kernel]
+    return run_poisoned(name, {"grad": dy, "x": x}, {"out": out}, **attrs)["out"]
 
 
 def gated_backward(kernel: str, dy: Any, x: Any, out: Any = None) -> Any:
-    bw.gated_backward_shapes(f"{kernel}_backward", meta(dy), meta(x))
-    out = _nan_like(x) if out is None else out
-    specs = bw.gated_backward_launch(kernel, meta(dy), meta(x), meta(out), _sms())
-    launch("gated", specs, {"grad": dy, "x": x, "out": out})
-    return out
+    name, attrs = _KERNEL_OPS[kernel]
+    return run_poisoned(name, {"grad": dy, "x": x}, {"out": out}, **attrs)["out"]
 
 
 def softmax_backward(dy: Any, y: Any, out: Any = None) -> Any:
-    bw.softmax_backward_shapes("softmax_backward", meta(dy), meta(y))
-    out = _nan_like(y) if out is None else out
-    specs = bw.softmax_backward_launch(meta(dy), meta(y), meta(out), _sms())
-    launch("softmax", specs, {"grad": dy, "y": y, "out": out})
-    return out
+    return run_poisoned("softmax_backward", {"grad": dy, "y": y}, {"out": out})["out"]
 
 
 def norm_backward(
     op: str, dy: Any, x: Any, w: Any, eps: float, has_bias: bool = False, out: Any = None
 ) -> tuple[Any, Any, Any]:
-    """(dx, dweight or None, dbias or None), outputs and workspace NaN-poisoned."""
+    """(dx, dweight or None, dbias or None); outputs and workspace NaN-poisoned."""
     import torch
 
-    wm = None if w is None else meta(w)
-    outs = bw.norm_backward_shapes(op, meta(dy), meta(x), wm, has_bias)
-    dx = _nan_like(x) if out is None else out
-    dw = None if w is None else _nan_like(x, (x.shape[-1],))
-    db = _nan_like(x, (x.shape[-1],)) if has_bias else None
-    ws = _nan_like(x, outs[3][0], torch.float32)
-    specs = bw.norm_backward_launch(op, meta(dy), meta(x), wm, meta(dx), eps, has_bias)
-    launch("norm", specs, {"grad": dy, "x": x, "weight": w, "out": dx, "ws": ws,
-                           "dweight": dw, "dbias": db})  # fmt: skip
-    return dx, dw, db
+    inputs = {"grad": dy, "x": x, "weight": w}
+    if has_bias:
+        inputs["bias"] = torch.zeros(x.shape[-1], dtype=x.dtype, device=x.device)
+    outs = run_poisoned(op, inputs, {"out": out}, eps=eps)
+    return (
+        outs["out"],
+        outs["dweight"] if w is not None else None,
+        outs.get("dbias") if has_bias else None,
+    )
 
 
 # --- references: float64 autograd ------------------------------------------------------------
@@ -558,7 +653,6 @@ def test_layer_norm_backward(dtype: str, cols: int) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("op", "weight", "bias"), [
-    ("rms_norm_backward", False, False),
     ("layer_norm_backward", False, False),
     ("layer_norm_backward", True, False),
     ("layer_norm_backward", False, True),
@@ -624,8 +718,167 @@ def test_norm_backward_bitwise_repeatable(op: str, dtype: str, rows: int, cols: 
 
 
 @pytest.mark.gpu
-def test_norm_backward_empty_launches_nothing() -> None:
-    m = meta(_randn((0, 64), "bfloat16"))
-    assert bw.norm_backward_launch("rms_norm_backward", m, m, None, m, 1e-6) == []
-    ws = bw.norm_backward_shapes("layer_norm_backward", m, m, None, True)[3][0]
-    assert math.prod(ws) == 0
+def test_norm_backward_of_no_rows_is_zero() -> None:
+    import torch
+
+    x = _randn((0, 64), "bfloat16")
+    w = _randn((64,), "bfloat16")
+    dx, dw, db = norm_backward("layer_norm_backward", x, x, w, 1e-5, has_bias=True)
+    assert dx.shape == (0, 64) and not dw.any() and not db.any()  # NaN-poisoned: all written
+    dx, dw = ak.rms_norm_backward(x, x, w)
+    assert dx.shape == (0, 64) and torch.equal(dw, torch.zeros_like(w))
+
+
+# --- GPU: the public ops and autograd ------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_public_ops_match_the_declared_launches(dtype: str) -> None:
+    """ak.<op>_backward (runner allocation, fast path on the second call) gives the bits of the
+    poisoned direct launches above."""
+    import torch
+
+    x = _randn((33, 256), dtype, 3.0)
+    dy = _randn((33, 256), dtype, seed=1)
+    w = _randn((256,), dtype, seed=2)
+    g2 = _randn((33, 128), dtype, seed=3)
+    bits = torch.int16 if x.element_size() == 2 else torch.int32
+    cases = [
+        (lambda: ak.silu_backward(dy, x), lambda: act_backward("silu", dy, x)),
+        (lambda: ak.gelu_backward(dy, x, "tanh"), lambda: act_backward("gelu_tanh", dy, x)),
+        (lambda: ak.relu_backward(dy, x), lambda: act_backward("relu", dy, x)),
+        (lambda: ak.sigmoid_backward(dy, x), lambda: act_backward("sigmoid", dy, x)),
+        (lambda: ak.gelu_and_mul_backward(g2, x), lambda: gated_backward("gelu_and_mul", g2, x)),
+        (lambda: ak.silu_and_mul_backward(g2, x), lambda: gated_backward("silu_and_mul", g2, x)),
+        (lambda: ak.softmax_backward(dy, x), lambda: softmax_backward(dy, x)),
+        (lambda: ak.rms_norm_backward(dy, x, w)[1],
+         lambda: norm_backward("rms_norm_backward", dy, x, w, 1e-6)[1]),
+        (lambda: ak.layer_norm_backward(dy, x, w, w)[2],
+         lambda: norm_backward("layer_norm_backward", dy, x, w, 1e-5, True)[2]),
+    ]  # fmt: skip
+    for public, direct in cases:
+        want = direct()
+        for _ in range(2):
+            assert torch.equal(public().view(bits), want.view(bits))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_autograd_through_forward_ops(dtype: str) -> None:
+    """x.grad / weight.grad / bias.grad of the forward ops against float64 torch autograd."""
+    import torch
+    import torch.nn.functional as F
+
+    x0 = _randn((19, 96), dtype, 2.0)
+    dy = _randn((19, 96), dtype, seed=1)
+    w0 = _randn((96,), dtype, seed=2) + 1.0
+    b0 = _randn((96,), dtype, seed=3)
+    cases = [
+        ("relu", lambda x: ak.relu(x), lambda x: torch.relu(x)),
+        ("gelu", lambda x: ak.gelu(x), lambda x: F.gelu(x)),
+        ("gelu tanh", lambda x: ak.gelu(x, "tanh"), lambda x: F.gelu(x, approximate="tanh")),
+        ("silu", lambda x: ak.silu(x), F.silu),
+        ("sigmoid", lambda x: ak.sigmoid(x), torch.sigmoid),
+    ]
+    for what, ours, ref in cases:
+        x = x0.clone().requires_grad_()
+        y = ours(x)
+        assert y.grad_fn is not None, what
+        y.backward(dy)
+        (want,) = grads64(ref, dy, x0)
+        check(x.grad, want, f"autograd {what} {dtype}")
+
+    # softmax's backward reads the saved (rounded) output: the reference does too
+    x = x0.clone().requires_grad_()
+    y = ak.softmax(x)
+    y.backward(dy)
+    check(x.grad, _softmax_ref(dy, y.detach()), f"autograd softmax {dtype}")
+
+    g = _randn((19, 48), dtype, seed=4)
+    for what, ours, ref in [
+        ("silu_and_mul", ak.silu_and_mul, F.silu),
+        ("gelu_and_mul", ak.gelu_and_mul, F.gelu),
+    ]:
+        x = _randn((19, 96), dtype, 2.0).requires_grad_()
+        ours(x).backward(g)
+        (want,) = grads64(lambda t, f=ref: f(t[..., :48]) * t[..., 48:], g, x.detach())
+        check(x.grad, want, f"autograd {what} {dtype}")
+
+    x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+    ak.rms_norm(x, w, 1e-6).backward(dy)
+    rx, rw = grads64(lambda a, c: _rms64(a, c, 1e-6), dy, x0, w0)
+    check(x.grad, rx, f"autograd rms_norm dx {dtype}", _dx_scale(x0, w0, dy, 1e-6))
+    check(w.grad, rw, f"autograd rms_norm dweight {dtype}")
+
+    x, w, b = (t.clone().requires_grad_() for t in (x0, w0, b0))
+    ak.layer_norm(x, w, b, 1e-5).backward(dy)
+    rx, rw, rb = grads64(lambda a, c, e: _ln64(a, c, e, 1e-5), dy, x0, w0, b0)
+    check(x.grad, rx, f"autograd layer_norm dx {dtype}", _dx_scale(x0, w0, dy, 1e-5))
+    check(w.grad, rw, f"autograd layer_norm dweight {dtype}")
+    check(b.grad, rb, f"autograd layer_norm dbias {dtype}")
+
+    x = x0.clone().requires_grad_()  # no weight, no bias: only x's gradient
+    ak.layer_norm(x).backward(dy)
+    (rx,) = grads64(lambda a: _ln64(a, None, None, 1e-5), dy, x0)
+    check(x.grad, rx, f"autograd layer_norm (no affine) dx {dtype}", _dx_scale(x0, None, dy, 1e-5))
+
+
+@pytest.mark.gpu
+def test_autograd_broadcast_grad_and_compile() -> None:
+    """A broadcast incoming gradient (y.sum().backward()) and a compiled training step."""
+    import torch
+
+    x0 = _randn((8, 64), "bfloat16", 2.0)
+    w0 = _randn((64,), "bfloat16", seed=1) + 1.0
+    x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+    ak.rms_norm(x, w).float().sum().backward()  # grad arrives as expanded ones
+    rx, rw = grads64(lambda a, c: _rms64(a, c, 1e-6), torch.ones_like(x0), x0, w0)
+    check(x.grad, rx, "broadcast grad dx", _dx_scale(x0, w0, torch.ones_like(x0), 1e-6))
+    check(w.grad, rw, "broadcast grad dweight")
+
+    def step(x: Any, w: Any) -> Any:
+        h = ak.rms_norm(x, w)
+        return ak.silu_and_mul(torch.cat([h, h * 2], -1)).float().square().sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True)
+    grads = []
+    for fn in (step, compiled):
+        x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+        fn(x, w).backward()
+        grads.append((x.grad, w.grad))
+    for a, b in zip(grads[0], grads[1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)  # compiled glue ops may fuse
+
+
+def _opcheck_cases() -> list[tuple[str, Any]]:
+    def r(*shape: int, dt: Any) -> Any:
+        return _randn(shape, str(dt).removeprefix("torch."), 2.0)
+
+    return [
+        ("relu_backward", lambda dt: (r(9, 40, dt=dt), r(9, 40, dt=dt))),
+        ("gelu_backward", lambda dt: (r(9, 40, dt=dt), r(9, 40, dt=dt), "tanh")),
+        ("silu_backward", lambda dt: (r(9, 40, dt=dt), r(9, 40, dt=dt))),
+        ("sigmoid_backward", lambda dt: (r(9, 40, dt=dt), r(9, 40, dt=dt))),
+        ("silu_and_mul_backward", lambda dt: (r(7, 40, dt=dt), r(7, 80, dt=dt))),
+        ("gelu_and_mul_backward", lambda dt: (r(7, 40, dt=dt), r(7, 80, dt=dt), "none")),
+        ("softmax_backward", lambda dt: (r(9, 100, dt=dt), r(9, 100, dt=dt).softmax(-1), -1)),
+        ("rms_norm_backward", lambda dt: (r(9, 128, dt=dt), r(9, 128, dt=dt), r(128, dt=dt))),
+        (
+            "layer_norm_backward",
+            lambda dt: (r(9, 96, dt=dt), r(9, 96, dt=dt), r(96, dt=dt), r(96, dt=dt), 1e-5),
+        ),
+    ]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize(("name", "make"), _opcheck_cases(), ids=lambda v: str(v)[:24])
+def test_opcheck(name: str, make: Any, dtype: str) -> None:
+    import torch
+
+    from aotkernels import _torch
+
+    _torch.register()
+    torch.library.opcheck(getattr(torch.ops.aotkernels, name).default, make(getattr(torch, dtype)))

@@ -1,10 +1,9 @@
-"""What the backward ops share: pure shape checks and launch configuration.
+"""What the backward ops share: shape rules and launch configuration (see ``ops/_op.py``).
 
-Every function here is pure: it sees array metadata (shape, strides in elements, dtype name,
-alignment of the data pointer), never a pointer or a device, and returns either output shapes or
-launches. A launch is ``LaunchSpec(symbol, grid, block, args)`` where ``args`` maps the family's
-parameter fields (arch_matrix.toml) to numbers, or, for pointer fields, to the *name* of the
-array to bind (``"x"``, ``"grad"``, ``"out"``, ``"ws"``...) or None. Fields left out are 0.
+The backward ops take the gradient of the forward's output first (``grad``), then what the
+forward saved (its input ``x``, or for softmax its output ``y``), and write ``out`` = the
+gradient of that input (norms: also ``dweight`` / ``dbias``). The rules here are the ``shapes``
+and ``launch`` of their declarations in the family modules.
 
 Launch heuristics
 -----------------
@@ -27,260 +26,134 @@ f32 column sums (dweight; dbias too): N = 1 for rows of <= 32 packets, else 2 (a
 scalar layout), G = the row group covering the row, <= 1024: hidden <= 2048 * V (16384 16-bit,
 8192 f32 elements); longer rows raise ``NotImplementedError``. The grid does not depend on the
 device: at most ``PARTIAL_THREADS`` threads (about what an H200 keeps resident at 64 registers:
-132 SMs x 1024) and ``MAX_PARTIALS`` row groups (each writes one partial row of column sums, which
-norm_reduce_cols adds up serially per column), so the workspace shape is known before any device
-is asked, and dweight / dbias come out bitwise the same on every GPU for the same shapes.
+132 SMs x 1024) and ``MAX_PARTIALS`` row groups (each writes one partial row of column sums,
+which norm_reduce_cols adds up serially per column). The workspace is sized for the most
+partials any row count gives, so its shape depends on the hidden size and dtype alone (torch's
+fake tensors see it without guards on the row count), and dweight / dbias come out bitwise the
+same on every GPU for the same shapes.
 """
 
 from __future__ import annotations
 
-import math
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
+from ..arrays import ITEMSIZE
 from ._elementwise import elementwise_config
-from ._rowwise import MAX_GROUP, STREAM_GROUP, _group
+from ._op import Args, Launch, Meta, OutSpec, check_dtype, row_layout, rows_view
+from ._rowwise import MAX_GROUP, STREAM_GROUP, _group, same_dtype, vectorizable
 
 __all__ = [
-    "ArrayMeta",
-    "LaunchSpec",
-    "NORM_HAS_BIAS",
-    "NORM_HAS_WEIGHT",
+    "DTYPES",
+    "MAX_PARTIALS",
     "PARTIAL_THREADS",
-    "RowSplit",
+    "RowConfig",
     "elementwise_backward_launch",
     "elementwise_backward_shapes",
     "gated_backward_launch",
     "gated_backward_shapes",
     "norm_backward_config",
     "norm_backward_launch",
-    "norm_backward_shapes",
+    "norm_max_hidden",
     "norm_workspace_shape",
-    "row_split",
     "softmax_backward_config",
     "softmax_backward_launch",
     "softmax_backward_shapes",
 ]
 
-ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2}
+DTYPES = ("f32", "f16", "bf16")
 ELEMENTWISE_UNROLL = 2  # kUnrollBackward (activation.cuh), kUnroll (gated.cuh)
 BLOCK_THREADS = 256  # rows per block: as many row groups as fit 256 threads
 PARTIAL_THREADS = 132 * 1024
-MAX_PARTIALS = 1024  # partial rows of dweight/dbias: bounds norm_reduce_cols' serial sums
+MAX_PARTIALS = 1024  # partial rows of dweight / dbias: bounds norm_reduce_cols' serial sums
 REDUCE_BLOCK = (32, 32)  # norm_reduce_cols: 32 columns x 32 partial lanes
 MAX_REDUCE_BLOCKS = 65535
 NORM_HAS_WEIGHT, NORM_HAS_BIAS = 1, 2  # ak_norm_params.flags
 NORM_MAX_N = 2  # kMaxN / kScalarN of the norm backward ops (kernels/norm/norm.cuh)
 
 
-class ArrayMeta(Protocol):
-    """What the functions here read of an array."""
-
-    @property
-    def shape(self) -> tuple[int, ...]: ...
-    @property
-    def strides(self) -> tuple[int, ...]: ...  # in elements
-    @property
-    def dtype(self) -> str: ...  # f32, f16, bf16
-    @property
-    def align(self) -> int: ...  # largest power of two <= 16 dividing the data pointer
-
-
-Arg = int | float | str | None
-
-
-class LaunchSpec(NamedTuple):
-    symbol: str
+class RowConfig(NamedTuple):
     grid: tuple[int, int]
     block: tuple[int, int]
-    args: dict[str, Arg]
+    vecs_per_thread: int
 
 
-class RowSplit(NamedTuple):
-    rows: int
-    cols: int
-    row_stride: int  # elements between row starts (cols for a contiguous array)
+def _same_shape(op: str, arg: str, m: Meta, shape: tuple[int, ...], what: str) -> None:
+    if tuple(m.shape) != tuple(shape):
+        raise ValueError(f"{op}: {arg}.shape must be {tuple(shape)} ({what}), got {tuple(m.shape)}")
 
 
-def row_split(op: str, arg: str, a: ArrayMeta) -> RowSplit:
-    """``a`` as rows of its last dimension; ``ValueError`` unless the last dimension is
-    contiguous and the leading ones collapse into one row stride (``x[:, :h]``, ``x[::2]``)."""
-    shape, strides = tuple(a.shape), tuple(a.strides)
-    if not shape:
-        return RowSplit(1, 1, 1)
-    cols, rows = shape[-1], math.prod(shape[:-1])
-    if rows * cols == 0:
-        return RowSplit(rows, cols, cols)
-    if cols != 1 and strides[-1] != 1:
-        raise ValueError(
-            f"{op}: {arg} must have a contiguous last dimension (stride 1), got strides "
-            f"{strides} for shape {shape}; pass a contiguous copy"
-        )
-    lead = [(n, st) for n, st in zip(shape[:-1], strides[:-1], strict=True) if n != 1]
-    if not lead:
-        return RowSplit(rows, cols, cols)
-    step = lead[-1][1]
-    for n, st in reversed(lead):
-        if st != step:
-            raise ValueError(
-                f"{op}: {arg}'s leading dimensions must collapse into one row stride, got "
-                f"strides {strides} for shape {shape}; pass a contiguous copy"
-            )
-        step = st * n
-    return RowSplit(rows, cols, lead[-1][1])
-
-
-def _vectorizable(cols: int, itemsize: int, arrays: list[ArrayMeta], strides: list[int]) -> bool:
-    """The kernels' 16-byte path: whole packets per row, aligned pointers and row strides."""
-    vec = 16 // itemsize
-    aligned = all(a.align >= 16 for a in arrays) and all(s % vec == 0 for s in strides)
-    return cols % vec == 0 and aligned
-
-
-# --- shape checks (pure: they also run on fake / symbolic arrays) -------------------------------
-
-DTYPES = ("f32", "f16", "bf16")
-_LONG = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
-OutShape = tuple[tuple[int, ...], str]  # (shape, dtype) of one output
-
-
-def _dtype(op: str, arg: str, a: ArrayMeta, like: ArrayMeta | None = None) -> None:
-    if like is None:
-        if a.dtype not in DTYPES:
-            names = ", ".join(_LONG[d] for d in DTYPES)
-            raise TypeError(f"{op}: {arg}.dtype must be one of {names}, got {a.dtype}")
-    elif a.dtype != like.dtype:
-        raise TypeError(
-            f"{op}: {arg}.dtype must be {_LONG.get(like.dtype, like.dtype)} (the dtype of x), "
-            f"got {_LONG.get(a.dtype, a.dtype)}"
-        )
-
-
-def _same_shape(op: str, arg: str, a: ArrayMeta, shape: tuple[int, ...], what: str) -> None:
-    if tuple(a.shape) != tuple(shape):
-        raise ValueError(f"{op}: {arg}.shape must be {tuple(shape)} ({what}), got {tuple(a.shape)}")
-
-
-def elementwise_backward_shapes(op: str, grad: ArrayMeta, x: ArrayMeta) -> list[OutShape]:
-    """relu/gelu/silu/sigmoid backward: grad and x of one shape and dtype -> dx like x."""
-    _dtype(op, "x", x)
-    _dtype(op, "grad", grad, x)
-    _same_shape(op, "grad", grad, tuple(x.shape), "the shape of x")
-    row_split(op, "x", x)
-    row_split(op, "grad", grad)
-    return [(tuple(x.shape), x.dtype)]
-
-
-def gated_backward_shapes(op: str, grad: ArrayMeta, x: ArrayMeta) -> list[OutShape]:
-    """*_and_mul backward: x [..., 2d], grad [..., d] -> dx [..., 2d]."""
-    _dtype(op, "x", x)
-    _dtype(op, "grad", grad, x)
-    if not x.shape or x.shape[-1] % 2:
-        raise ValueError(
-            f"{op}: x.shape[-1] must be even (x is [..., 2d]), got shape {tuple(x.shape)}"
-        )
-    _same_shape(op, "grad", grad, (*x.shape[:-1], x.shape[-1] // 2), "x's, last dim halved")
-    row_split(op, "x", x)
-    row_split(op, "grad", grad)
-    return [(tuple(x.shape), x.dtype)]
-
-
-def softmax_backward_shapes(op: str, grad: ArrayMeta, y: ArrayMeta) -> list[OutShape]:
-    """softmax backward over the last dim: grad and y (the forward's output) -> dx like y."""
-    _dtype(op, "y", y)
-    _dtype(op, "grad", grad, y)
-    _same_shape(op, "grad", grad, tuple(y.shape), "the shape of y")
-    row_split(op, "y", y)
-    row_split(op, "grad", grad)
-    return [(tuple(y.shape), y.dtype)]
-
-
-def norm_backward_shapes(
-    op: str, grad: ArrayMeta, x: ArrayMeta, weight: ArrayMeta | None, has_bias: bool
-) -> list[OutShape]:
-    """rms_norm / layer_norm backward: [dx, dweight, dbias, ws].
-
-    dweight is (hidden,) with a weight, else (0,); dbias (hidden,) when ``has_bias``, else (0,);
-    ws is the hidden f32 workspace of ``norm_workspace_shape``.
-    """
-    _dtype(op, "x", x)
-    _dtype(op, "grad", grad, x)
-    if not x.shape:
-        raise ValueError(f"{op}: x must have at least 1 dimension, got a 0-d array")
-    _same_shape(op, "grad", grad, tuple(x.shape), "the shape of x")
-    xs = row_split(op, "x", x)
-    row_split(op, "grad", grad)
-    hidden = xs.cols
-    if weight is not None:
-        _dtype(op, "weight", weight, x)
-        _same_shape(op, "weight", weight, (hidden,), "the last dimension of x")
-        if hidden > 1 and weight.strides[0] != 1:
-            raise ValueError(
-                f"{op}: weight must be contiguous (stride 1), got stride {weight.strides[0]}; "
-                "pass a contiguous copy"
-            )
-    ws = norm_workspace_shape(op, xs.rows, hidden, x.dtype, weight is not None, has_bias)
-    return [
-        (tuple(x.shape), x.dtype),
-        ((hidden,) if weight is not None else (0,), x.dtype),
-        ((hidden,) if has_bias else (0,), x.dtype),
-        (ws, "f32"),
-    ]
+def _grad_and(a: Args, name: str, grad_shape: tuple[int, ...] | None = None) -> Meta:
+    """The checks every backward op starts with: ``name`` (x or y) a float array, ``grad`` of
+    its dtype and of ``grad_shape`` (default: its shape), both viewable as rows."""
+    x, g = a.need(name), a.need("grad")
+    check_dtype(a.op, name, x, DTYPES)
+    same_dtype(a.op, "grad", g, x)
+    if grad_shape is None:
+        _same_shape(a.op, "grad", g, tuple(x.shape), f"the shape of {name}")
+    else:
+        _same_shape(a.op, "grad", g, grad_shape, f"{name}'s with the last dimension halved")
+    row_layout(a.op, name, x)
+    row_layout(a.op, "grad", g)
+    return x
 
 
 # --- activation / gated ------------------------------------------------------------------------
 
 
-def elementwise_backward_launch(
-    kernel: str, grad: ArrayMeta, x: ArrayMeta, out: ArrayMeta, sm_count: int
-) -> list[LaunchSpec]:
-    """``ak_<kernel>_backward_<dtype>``: out = dx from grad (dy) and x, all of one shape.
+def elementwise_backward_shapes(a: Args) -> tuple[OutSpec, ...]:
+    """relu/gelu/silu/sigmoid backward: grad and x of one shape and dtype -> out like x."""
+    x = _grad_and(a, "x")
+    return (OutSpec(tuple(x.shape), x.dtype),)
 
-    When all three are contiguous they are one long row; otherwise each is split at its last
-    dimension with its own row stride.
-    """
-    splits = [row_split(kernel, n, a) for n, a in (("grad", grad), ("x", x), ("out", out))]
-    rows, cols = splits[0].rows, splits[0].cols
-    if rows * cols == 0:
+
+def elementwise_backward_launch(a: Args, kernel: str) -> list[Launch]:
+    """``ak_<kernel>_backward_<dtype>``: out = dx from grad and x. When all three are
+    contiguous they are one long row; otherwise each is split at the last dimension."""
+    x, g, o = a.need("x"), a.need("grad"), a.out("out")
+    views = [rows_view(a.op, n, m) for n, m in (("grad", g), ("x", x), ("out", o))]
+    if views[0][0] * views[0][1] == 0:
         return []
-    if all(s.row_stride == cols or rows == 1 for s in splits):
-        rows, cols = 1, rows * cols
-        g_rs = x_rs = o_rs = cols
+    if views[0][:2] == views[1][:2] == views[2][:2]:  # all one long row
+        rows, cols = views[0][:2]
+        g_rs, x_rs, o_rs = (v[2] for v in views)
     else:
-        g_rs, x_rs, o_rs = (s.row_stride for s in splits)
-    cfg = elementwise_config(rows, cols, ITEMSIZE[x.dtype], sm_count, ELEMENTWISE_UNROLL)
-    args: dict[str, Arg] = {
-        "out": "out", "x": "x", "dy": "grad", "rows": rows, "cols": cols,
-        "x_row_stride": x_rs, "out_row_stride": o_rs, "dy_row_stride": g_rs,
-    }  # fmt: skip
-    return [LaunchSpec(f"ak_{kernel}_backward_{x.dtype}", cfg.grid, cfg.block, args)]
+        cols = x.shape[-1]
+        rows = views[0][0] * views[0][1] // cols
+        g_rs, x_rs, o_rs = (row_layout(a.op, n, m)[1] for n, m in (("grad", g), ("x", x),
+                                                                   ("out", o)))  # fmt: skip
+    cfg = elementwise_config(rows, cols, ITEMSIZE[x.dtype], a.sm_count, ELEMENTWISE_UNROLL)
+    args = {"out": "out", "x": "x", "dy": "grad", "rows": rows, "cols": cols,
+            "x_row_stride": x_rs, "out_row_stride": o_rs, "dy_row_stride": g_rs}  # fmt: skip
+    return [Launch(f"ak_{kernel}_backward_{x.dtype}", cfg.grid, cfg.block, args)]
 
 
-def gated_backward_launch(
-    kernel: str, grad: ArrayMeta, x: ArrayMeta, out: ArrayMeta, sm_count: int
-) -> list[LaunchSpec]:
-    """``ak_<kernel>_backward_<dtype>``: x [..., 2d] and grad [..., d] -> out = dx [..., 2d]."""
-    xs = row_split(kernel, "x", x)
-    gs = row_split(kernel, "grad", grad)
-    os_ = row_split(kernel, "out", out)
-    d = xs.cols // 2
-    if xs.rows * d == 0:
+def gated_backward_shapes(a: Args) -> tuple[OutSpec, ...]:
+    """*_and_mul backward: x [..., 2d] and grad [..., d] -> out = dx [..., 2d]."""
+    x = a.need("x")
+    if not x.shape or x.shape[-1] % 2:
+        raise ValueError(
+            f"{a.op}: x.shape[-1] must be even (x is [..., 2d]), got shape {tuple(x.shape)}"
+        )
+    _grad_and(a, "x", (*x.shape[:-1], x.shape[-1] // 2))
+    return (OutSpec(tuple(x.shape), x.dtype),)
+
+
+def gated_backward_launch(a: Args, kernel: str) -> list[Launch]:
+    """``ak_<kernel>_backward_<dtype>``, all three split at the last dimension."""
+    x = a.need("x")
+    d = x.shape[-1] // 2
+    rows, x_rs = row_layout(a.op, "x", x)
+    if rows * d == 0:
         return []
-    cfg = elementwise_config(xs.rows, d, ITEMSIZE[x.dtype], sm_count, ELEMENTWISE_UNROLL)
-    args: dict[str, Arg] = {
-        "out": "out", "x": "x", "dy": "grad", "rows": xs.rows, "d": d,
-        "x_row_stride": xs.row_stride, "out_row_stride": os_.row_stride,
-        "dy_row_stride": gs.row_stride,
-    }  # fmt: skip
-    return [LaunchSpec(f"ak_{kernel}_backward_{x.dtype}", cfg.grid, cfg.block, args)]
+    g_rs = row_layout(a.op, "grad", a.need("grad"))[1]
+    o_rs = row_layout(a.op, "out", a.out("out"))[1]
+    cfg = elementwise_config(rows, d, ITEMSIZE[x.dtype], a.sm_count, ELEMENTWISE_UNROLL)
+    args = {"out": "out", "x": "x", "dy": "grad", "rows": rows, "d": d,
+            "x_row_stride": x_rs, "out_row_stride": o_rs, "dy_row_stride": g_rs}  # fmt: skip
+    return [Launch(f"ak_{kernel}_backward_{x.dtype}", cfg.grid, cfg.block, args)]
 
 
 # --- softmax -------------------------------------------------------------------------------------
-
-
-class RowConfig(NamedTuple):
-    grid: tuple[int, int]
-    block: tuple[int, int]
-    vecs_per_thread: int
 
 
 def softmax_backward_config(
@@ -306,24 +179,36 @@ def softmax_backward_config(
     return RowConfig((max(1, blocks), 1), (g, r), n)
 
 
-def softmax_backward_launch(
-    grad: ArrayMeta, y: ArrayMeta, out: ArrayMeta, sm_count: int
-) -> list[LaunchSpec]:
+def softmax_backward_shapes(a: Args) -> tuple[OutSpec, ...]:
+    """softmax backward over the last dim: grad and y (the forward's output) -> out like y."""
+    y = _grad_and(a, "y")
+    nd = max(len(y.shape), 1)
+    dim = a.attr("dim")
+    if not -nd <= dim < nd:
+        raise ValueError(f"{a.op}: dim must be in [{-nd}, {nd - 1}] for shape {y.shape}, got {dim}")
+    if dim % nd != nd - 1:
+        raise NotImplementedError(
+            f"{a.op}: dim must be the last dimension (-1 or {nd - 1}), got dim={dim} for shape "
+            f"{tuple(y.shape)}"
+        )
+    return (OutSpec(tuple(y.shape), y.dtype),)
+
+
+def softmax_backward_launch(a: Args) -> list[Launch]:
     """``ak_softmax_backward_<dtype>``: out = y * (grad - sum(grad * y)) along the last dim."""
-    op = "softmax_backward"
-    ys, gs, os_ = row_split(op, "y", y), row_split(op, "grad", grad), row_split(op, "out", out)
-    if ys.rows * ys.cols == 0:
+    y, g, o = a.need("y"), a.need("grad"), a.out("out")
+    cols = y.shape[-1] if y.shape else 1
+    rows, y_rs = row_layout(a.op, "y", y)
+    if rows * cols == 0:
         return []
+    g_rs, o_rs = row_layout(a.op, "grad", g)[1], row_layout(a.op, "out", o)[1]
     item = ITEMSIZE[y.dtype]
-    strides = [ys.row_stride, gs.row_stride, os_.row_stride] if ys.rows > 1 else []
-    vec = _vectorizable(ys.cols, item, [y, grad, out], strides)
-    cfg = softmax_backward_config(ys.rows, ys.cols, item, sm_count, vec)
-    args: dict[str, Arg] = {
-        "out": "out", "x": "y", "dy": "grad", "rows": ys.rows, "cols": ys.cols,
-        "x_row_stride": ys.row_stride, "out_row_stride": os_.row_stride,
-        "dy_row_stride": gs.row_stride, "vecs_per_thread": cfg.vecs_per_thread,
-    }  # fmt: skip
-    return [LaunchSpec(f"ak_softmax_backward_{y.dtype}", cfg.grid, cfg.block, args)]
+    vec = vectorizable(cols, item, (y, g, o), (y_rs, g_rs, o_rs), rows)
+    cfg = softmax_backward_config(rows, cols, item, a.sm_count, vec)
+    args = {"out": "out", "x": "y", "dy": "grad", "rows": rows, "cols": cols,
+            "x_row_stride": y_rs, "out_row_stride": o_rs, "dy_row_stride": g_rs,
+            "vecs_per_thread": cfg.vecs_per_thread}  # fmt: skip
+    return [Launch(f"ak_softmax_backward_{y.dtype}", cfg.grid, cfg.block, args)]
 
 
 # --- rms_norm / layer_norm -------------------------------------------------------------------
@@ -352,65 +237,62 @@ def _partials(cfg: RowConfig) -> int:
 
 
 def norm_workspace_shape(
-    op: str, rows: int, hidden: int, dtype: str, has_weight: bool, has_bias: bool
+    op: str, hidden: int, dtype: str, has_weight: bool, has_bias: bool
 ) -> tuple[int, ...]:
-    """The f32 workspace of dweight / dbias partials: (2 with a bias else 1, partials * hidden).
-
-    Sized for either layout (vector or scalar, which alignment decides at launch).
-    ``NotImplementedError`` for rows longer than the kernels keep in registers.
-    """
+    """The f32 workspace of dweight / dbias partials, [2 with a bias else 1, partials * hidden]
+    for the most partials any row count and either layout (vector, or scalar where alignment
+    says so at launch) gives. ``NotImplementedError`` for rows longer than the kernels keep in
+    registers."""
     item = ITEMSIZE[dtype]
     if hidden > norm_max_hidden(item):
         raise NotImplementedError(
             f"{op}: x.shape[-1] must be <= {norm_max_hidden(item)} for {dtype} (the row and "
             f"its column sums stay in registers), got {hidden}"
         )
-    if rows * hidden == 0 or not (has_weight or has_bias):
+    if hidden == 0 or not (has_weight or has_bias):
         return (0,)
-    p = max(_partials(norm_backward_config(rows, hidden, item, vec)) for vec in (True, False))
-    return (2 if has_bias else 1, p * hidden)
+    many = MAX_PARTIALS * BLOCK_THREADS  # rows enough for every cap of the grid
+    most = max(_partials(norm_backward_config(many, hidden, item, vec)) for vec in (True, False))
+    return (2 if has_bias else 1, most * hidden)
 
 
-def norm_backward_launch(
-    op: str,
-    grad: ArrayMeta,
-    x: ArrayMeta,
-    weight: ArrayMeta | None,
-    out: ArrayMeta,
-    eps: float,
-    has_bias: bool = False,
-) -> list[LaunchSpec]:
+def norm_backward_launch(a: Args, kernel: str) -> list[Launch]:
     """rms_norm_backward / layer_norm_backward: the row kernel, then norm_reduce_cols.
 
-    Arrays bound by name: grad, x, weight (None: absent), out (dx), ws (the workspace of
-    ``norm_workspace_shape``), dweight (with a weight), dbias (``has_bias``).
+    Binds grad, x, weight (when given), out (dx), ws (the hidden workspace), dweight (with a
+    weight) and dbias (when the op has a bias input and it is given).
     """
-    xs, gs, os_ = row_split(op, "x", x), row_split(op, "grad", grad), row_split(op, "out", out)
-    rows, hidden = xs.rows, xs.cols
-    norm_workspace_shape(op, rows, hidden, x.dtype, weight is not None, has_bias)  # the cap
-    if rows * hidden == 0:
+    x, g, o = a.need("x"), a.need("grad"), a.out("out")
+    w = a["weight"]
+    has_bias = "bias" in a.names and a["bias"] is not None
+    hidden = x.shape[-1]
+    rows, x_rs = row_layout(a.op, "x", x)
+    flags = (NORM_HAS_WEIGHT if w is not None else 0) | (NORM_HAS_BIAS if has_bias else 0)
+    if hidden == 0 or (rows == 0 and not flags):
         return []
+    if rows == 0:  # dweight / dbias of no rows: 0, from a reduction over no partials
+        return [_reduce_launch(x.dtype, hidden, 0, flags)]
+    g_rs, o_rs = row_layout(a.op, "grad", g)[1], row_layout(a.op, "out", o)[1]
     item = ITEMSIZE[x.dtype]
-    arrays = [x, grad, out] + ([weight] if weight is not None else [])
-    strides = [xs.row_stride, gs.row_stride, os_.row_stride] if rows > 1 else []
-    cfg = norm_backward_config(rows, hidden, item, _vectorizable(hidden, item, arrays, strides))
-    flags = (NORM_HAS_WEIGHT if weight is not None else 0) | (NORM_HAS_BIAS if has_bias else 0)
-    sums = flags != 0
-    row_args: dict[str, Arg] = {
-        "out": "out", "x": "x", "dy": "grad", "weight": "weight" if weight is not None else None,
-        "ws": "ws" if sums else None, "rows": rows, "hidden": hidden,
-        "x_row_stride": xs.row_stride, "out_row_stride": os_.row_stride,
-        "dy_row_stride": gs.row_stride, "eps": eps, "flags": flags,
+    vec = vectorizable(hidden, item, (x, g, o, w), (x_rs, g_rs, o_rs), rows)
+    cfg = norm_backward_config(rows, hidden, item, vec)
+    args = {
+        "out": "out", "x": "x", "dy": "grad", "weight": "weight" if w is not None else None,
+        "ws": "ws" if flags else None, "rows": rows, "hidden": hidden, "x_row_stride": x_rs,
+        "out_row_stride": o_rs, "dy_row_stride": g_rs, "eps": a.attr("eps"), "flags": flags,
         "vecs_per_thread": cfg.vecs_per_thread,
     }  # fmt: skip
-    launches = [LaunchSpec(f"ak_{op}_{x.dtype}", cfg.grid, cfg.block, row_args)]
-    if sums:
-        grid = (min(-(-hidden // REDUCE_BLOCK[0]), MAX_REDUCE_BLOCKS), 2 if has_bias else 1)
-        reduce_args: dict[str, Arg] = {
-            "ws": "ws", "rows": _partials(cfg), "hidden": hidden, "flags": flags,
-            "dweight": "dweight" if weight is not None else None,
-            "dbias": "dbias" if has_bias else None,
-        }  # fmt: skip
-        launches.append(LaunchSpec(f"ak_norm_reduce_cols_{x.dtype}", grid, REDUCE_BLOCK,
-                                   reduce_args))  # fmt: skip
+    launches = [Launch(f"ak_{kernel}_{x.dtype}", cfg.grid, cfg.block, args)]
+    if flags:
+        launches.append(_reduce_launch(x.dtype, hidden, _partials(cfg), flags))
     return launches
+
+
+def _reduce_launch(dtype: str, hidden: int, partials: int, flags: int) -> Launch:
+    """norm_reduce_cols over ``partials`` rows of ws into dweight (flags bit 0) / dbias (bit 1)."""
+    blocks = min(-(-hidden // REDUCE_BLOCK[0]), MAX_REDUCE_BLOCKS)
+    grid = (blocks, 2 if flags & NORM_HAS_BIAS else 1)
+    args = {"ws": "ws" if partials else None, "rows": partials, "hidden": hidden, "flags": flags,
+            "dweight": "dweight" if flags & NORM_HAS_WEIGHT else None,
+            "dbias": "dbias" if flags & NORM_HAS_BIAS else None}  # fmt: skip
+    return Launch(f"ak_norm_reduce_cols_{dtype}", grid, REDUCE_BLOCK, args)
