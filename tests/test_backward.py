@@ -153,15 +153,16 @@ def _is_group(g: int) -> bool:
     return 1 <= g <= 1024 and (g & (g - 1) == 0 if g <= 32 else g % 32 == 0)
 
 
+@pytest.mark.parametrize("kernel", ["rms_norm_backward", "layer_norm_backward"])
 @pytest.mark.parametrize("itemsize", [2, 4])
 @pytest.mark.parametrize("vectorized", [True, False])
-def test_norm_config_holds_every_row(itemsize: int, vectorized: bool) -> None:
+def test_norm_config_holds_every_row(kernel: str, itemsize: int, vectorized: bool) -> None:
     v = 16 // itemsize
     for cols in [*range(1, 300), *range(300, bw.norm_max_hidden(itemsize) + 1, 97)]:
         if vectorized and cols % v:
             continue
         for rows in (1, 7, 5000):
-            cfg = bw.norm_backward_config(rows, cols, itemsize, vectorized)
+            cfg = bw.norm_backward_config(kernel, rows, cols, itemsize, vectorized)
             g, r = cfg.block
             n = cfg.vecs_per_thread
             assert _is_group(g) and g * r <= 1024, (cols, cfg)

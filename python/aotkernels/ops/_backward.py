@@ -22,15 +22,17 @@ nvec > 4096         0       512, y and dy streamed twice
 ==================  ======  ===========================================
 
 rms_norm_backward / layer_norm_backward keep, per thread, N packets of x and of dy and N * V
-f32 column sums (dweight; dbias too): N = 1 for rows of <= 32 packets, else 2 (also in the
-scalar layout), G = the row group covering the row, <= 1024: hidden <= 2048 * V (16384 16-bit,
-8192 f32 elements); longer rows raise ``NotImplementedError``. The grid does not depend on the
-device: at most ``PARTIAL_THREADS`` threads (about what an H200 keeps resident at 64 registers:
-132 SMs x 1024) and ``MAX_PARTIALS`` row groups (each writes one partial row of column sums,
-which norm_reduce_cols adds up serially per column). The workspace is sized for the most
-partials any row count gives, so its shape depends on the hidden size and dtype alone (torch's
-fake tensors see it without guards on the row count), and dweight / dbias come out bitwise the
-same on every GPU for the same shapes.
+f32 column sums (dweight; dbias too), G = the row group covering the row, <= 1024: N = 1 for
+rows of <= 32 packets; else rms_norm_backward takes N = 2 (four 16-byte loads in flight per
+thread) and layer_norm_backward N = 1 while G <= 1024 allows (at N = 2 its two sets of sums
+spill ~70 bytes in 16-bit under the 64 registers), else 2; the scalar layout N = 2. So hidden
+<= 2048 * V (16384 16-bit, 8192 f32 elements); longer rows raise ``NotImplementedError``.
+The grid does not depend on the device: at most ``PARTIAL_THREADS`` threads (about what an
+H200 keeps resident at 64 registers: 132 SMs x 1024) and ``MAX_PARTIALS`` row groups (each
+writes one partial row of column sums, which norm_reduce_cols adds up serially per column).
+The workspace is sized for the most partials any row count gives, so its shape depends on the
+hidden size and dtype alone (torch's fake tensors see it without guards on the row count), and
+dweight / dbias come out bitwise the same on every GPU for the same shapes.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ REDUCE_BLOCK = (32, 32)  # norm_reduce_cols: 32 columns x 32 partial lanes
 MAX_REDUCE_BLOCKS = 65535
 NORM_HAS_WEIGHT, NORM_HAS_BIAS = 1, 2  # ak_norm_params.flags
 NORM_MAX_N = 2  # kMaxN / kScalarN of the norm backward ops (kernels/norm/norm.cuh)
+NORM_PACKETS = {"rms_norm_backward": 2, "layer_norm_backward": 1}  # N preferred (docstring)
 
 
 class RowConfig(NamedTuple):
@@ -218,15 +221,20 @@ def norm_max_hidden(itemsize: int) -> int:
     return NORM_MAX_N * MAX_GROUP * (16 // itemsize)
 
 
-def norm_backward_config(rows: int, cols: int, itemsize: int, vectorized: bool) -> RowConfig:
+def norm_backward_config(
+    kernel: str, rows: int, cols: int, itemsize: int, vectorized: bool
+) -> RowConfig:
     """The row kernel's launch; the caller has checked ``cols <= norm_max_hidden``."""
     v = 16 // itemsize
-    units = -(-cols // v) if vectorized else -(-cols // (NORM_MAX_N * v))
-    if vectorized and units <= 32:
-        n, g = 1, _group(units)
+    if vectorized:
+        nvec = -(-cols // v)
+        n = 1 if nvec <= 32 else NORM_PACKETS[kernel]
+        if -(-nvec // n) > MAX_GROUP:
+            n = NORM_MAX_N
+        g = _group(-(-nvec // n))
     else:
         n = NORM_MAX_N
-        g = _group(-(-units // n) if vectorized else units)
+        g = _group(-(-cols // (n * v)))
     r = max(1, BLOCK_THREADS // g)
     blocks = min(-(-rows // r), max(1, PARTIAL_THREADS // (g * r)), max(1, MAX_PARTIALS // r))
     return RowConfig((max(1, blocks), 1), (g, r), n)
@@ -238,7 +246,7 @@ def _partials(cfg: RowConfig) -> int:
 
 def norm_workspace_shape(
     op: str, hidden: int, dtype: str, has_weight: bool, has_bias: bool
-) -> tuple[int, ...]:
+) -> tuple[int, ...]:  # op: rms_norm_backward or layer_norm_backward
     """The f32 workspace of dweight / dbias partials, [2 with a bias else 1, partials * hidden]
     for the most partials any row count and either layout (vector, or scalar where alignment
     says so at launch) gives. ``NotImplementedError`` for rows longer than the kernels keep in
@@ -252,7 +260,9 @@ def norm_workspace_shape(
     if hidden == 0 or not (has_weight or has_bias):
         return (0,)
     many = MAX_PARTIALS * BLOCK_THREADS  # rows enough for every cap of the grid
-    most = max(_partials(norm_backward_config(many, hidden, item, vec)) for vec in (True, False))
+    most = max(
+        _partials(norm_backward_config(op, many, hidden, item, vec)) for vec in (True, False)
+    )
     return (2 if has_bias else 1, most * hidden)
 
 
@@ -275,7 +285,7 @@ def norm_backward_launch(a: Args, kernel: str) -> list[Launch]:
     g_rs, o_rs = row_layout(a.op, "grad", g)[1], row_layout(a.op, "out", o)[1]
     item = ITEMSIZE[x.dtype]
     vec = vectorizable(hidden, item, (x, g, o, w), (x_rs, g_rs, o_rs), rows)
-    cfg = norm_backward_config(rows, hidden, item, vec)
+    cfg = norm_backward_config(kernel, rows, hidden, item, vec)
     args = {
         "out": "out", "x": "x", "dy": "grad", "weight": "weight" if w is not None else None,
         "ws": "ws" if flags else None, "rows": rows, "hidden": hidden, "x_row_stride": x_rs,
