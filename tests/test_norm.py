@@ -219,7 +219,11 @@ def test_fused_add_checks() -> None:
         fused_add_rms_norm(x, _x(ptr=0x4000000), w, "small")
 
 
-def test_fused_add_rejects_immutable_arrays() -> None:
+def test_fused_add_rejects_immutable_arrays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the DLPack path (builds without the XLA extension; with it, JAX arrays get new ones)."""
+    from aotkernels import _jax
+
+    monkeypatch.setattr(_jax, "available", lambda: False)
     jax_like = type("Array", (FakeCudaArray,), {"__module__": "jax._fake"})
     with pytest.raises(TypeError, match=r"fused_add_rms_norm: x must be a mutable array"):
         fused_add_rms_norm(jax_like((4, 8)), _x(ptr=0x4000000), _w())
