@@ -5,11 +5,12 @@
 // dim, bm x bn: query x key tile, threads). `op` is `attn_fwd` or `attn_combine`.
 //
 // attn_fwd, one CTA per (query tile, head slot, batch x split):
-//  * Every warp owns 16 * kMT query rows (kMT = 2 for d <= 128: each K / V fragment read from
-//    shared memory feeds two mma, which keeps ldmatrix traffic under the tensor-core rate; d = 256
-//    has no registers for it). S = Q K^T and O += P V run on mma.sync m16n8k16 (two m16n8k8 on
-//    Turing), f32 accumulators. S stays in registers: its accumulator fragments are exactly the
-//    A fragments of P V once rounded to T (no shared-memory round trip for P).
+//  * Every warp owns 16 * kMT query rows (kMT = 2 in the prefill tiles of d <= 128: each K / V
+//    fragment read from shared memory feeds two mma, which keeps ldmatrix traffic under the
+//    tensor-core rate; d = 256 has no registers for it, and the one-warp decode tiles have 16
+//    rows). S = Q K^T and O += P V run on mma.sync m16n8k16 (two m16n8k8 on Turing), f32
+//    accumulators. S stays in registers: its accumulator fragments are exactly the A fragments
+//    of P V once rounded to T (no shared-memory round trip for P).
 //  * Q, K and V tiles sit in shared memory as rows of d elements in 16-byte chunks, the chunk
 //    index XORed with row % 8, so ldmatrix's 8 row reads hit 8 distinct bank groups.
 //  * The K/V pipeline: one K and one V buffer, loads issued a half iteration ahead: V(j) is in
