@@ -8,28 +8,32 @@ buffer must come back untouched: a 32-bit product in the index math shows up eit
 row or as a write into a sentinel. Inputs hold small integers where the reference must be exact
 (GEMM), random values elsewhere.
 
-Each test needs up to ~17 GiB of free GPU memory; it skips with the amount when the GPU has less,
-and frees its buffers before the next test starts.
+Each GPU test needs up to ~17 GiB of free GPU memory; it skips with the amount when the GPU has
+less, and frees its buffers before the next test starts. One CPU test checks the same values all
+the way into the packed launch parameters, for DLPack arrays whose start is data + byte_offset.
 """
 
 from __future__ import annotations
 
 import gc
 import math
+import struct
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 import aotkernels as ak
 from helpers import reference
+from helpers.fake_dlpack import FakeCudaArray
 
 GiB = 1 << 30
 BIG = 2**31  # the first element index a signed 32-bit product cannot reach
 GUARD = 64  # sentinel elements on each side of every row
 ITEM = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "int8": 1}
 
-pytestmark = pytest.mark.gpu
+gpu = pytest.mark.gpu
 
 # (rtol, atol) against fp64, as tests/test_norm.py and tests/test_softmax.py document them.
 ROWWISE_TOL = {"float32": (2e-5, 2e-5), "float16": (1e-3, 1e-5), "bfloat16": (8e-3, 1e-5)}
@@ -147,6 +151,7 @@ def _case_id(c: tuple[str, int, int]) -> str:
     return f"{c[0]}-h{c[1]}-stride2_31{'p1' if c[2] == BIG + 1 else ''}"
 
 
+@gpu
 @pytest.mark.parametrize("which", ["x", "residual", "both"])
 @pytest.mark.parametrize("case", NORM_CASES, ids=[_case_id(c) for c in NORM_CASES])
 def test_fused_add_rms_norm_row_stride(case: tuple[str, int, int], which: str) -> None:
@@ -170,6 +175,7 @@ def test_fused_add_rms_norm_row_stride(case: tuple[str, int, int], which: str) -
         assert all(b.intact() for b in bufs.values())
 
 
+@gpu
 @pytest.mark.parametrize("mode", ["x", "out", "in_place"])
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "softmax"])
 @pytest.mark.parametrize("case", NORM_CASES, ids=[_case_id(c) for c in NORM_CASES])
@@ -212,6 +218,7 @@ def test_rowwise_row_stride(case: tuple[str, int, int], op: str, mode: str) -> N
 # --- norm and softmax: element counts -------------------------------------------------------
 
 
+@gpu
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "softmax", "fused_add_rms_norm"])
 def test_rowwise_rows_times_hidden_past_2_31(op: str) -> None:
     """2**28 + 3 contiguous rows of 8 bf16: row * 8 passes 2**31 from row 2**28 on."""
@@ -243,6 +250,7 @@ def test_rowwise_rows_times_hidden_past_2_31(op: str) -> None:
     _close(y[pick], ref, "bfloat16", SOFTMAX_TOL if op == "softmax" else ROWWISE_TOL)
 
 
+@gpu
 @pytest.mark.parametrize("op", ["rms_norm", "fused_add_rms_norm", "softmax"])
 def test_rowwise_one_row_past_2_31(op: str) -> None:
     """One row of 2**31 + 16 bf16 elements (the multi-pass path, 64-bit chunk offsets). The row
@@ -295,6 +303,7 @@ ACTIVATIONS = {
 }
 
 
+@gpu
 @pytest.mark.parametrize("stride", [BIG, BIG + 3], ids=["stride2_31", "stride2_31p3"])
 @pytest.mark.parametrize("op", list(ACTIVATIONS))
 def test_activation_row_strides(op: str, stride: int) -> None:
@@ -315,6 +324,7 @@ def test_activation_row_strides(op: str, stride: int) -> None:
         assert xs.intact() and outs.intact()
 
 
+@gpu
 @pytest.mark.parametrize("op", ["silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"])
 def test_gated_row_strides(op: str) -> None:
     """x [2, 2 * 500] rows 2**31 apart, out= [2, 500] rows 2**31 + 8 apart."""
@@ -333,6 +343,7 @@ def test_gated_row_strides(op: str) -> None:
     assert xs.intact() and outs.intact()
 
 
+@gpu
 def test_gated_d_past_2_31() -> None:
     """One row of 2 * (2**31 + 8) bf16: the up half starts past 2**31, so does out's tail."""
     import torch
@@ -351,6 +362,7 @@ def test_gated_d_past_2_31() -> None:
         torch.testing.assert_close(y[:, lo:hi].float(), ref, **reference.tol("bfloat16"))
 
 
+@gpu
 def test_storage_offsets_past_2_31() -> None:
     """Views that start 2**31 + 8 elements into their buffer, for one op of each family."""
     import torch
@@ -394,6 +406,7 @@ def _mm_ref(a: Any, b: Any, dtype: Any) -> Any:
     return (a.float() @ b.float()).to(dtype)
 
 
+@gpu
 @pytest.mark.parametrize("gemm_path", GEMM_PATHS, indirect=True)
 @pytest.mark.parametrize("which", ["a_rows", "a_cols", "b_cols", "b_rows", "out_rows"])
 def test_matmul_strides_past_2_31(gemm_path: str, which: str) -> None:
@@ -433,6 +446,7 @@ def test_matmul_strides_past_2_31(gemm_path: str, which: str) -> None:
     assert big is not None and big.intact()
 
 
+@gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "int8"])
 def test_gemm_k_past_2_31(dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """a [1, K] @ b [K, 1] with K = 2**31 + 144 on the default path: both operands K-major and
@@ -463,6 +477,7 @@ def test_gemm_k_past_2_31(dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert float(y[0, 0]) == expect
 
 
+@gpu
 def test_gemm_k_past_2_31_refuses_forced_tma(monkeypatch: pytest.MonkeyPatch) -> None:
     """Forcing the TMA path on a K it cannot index is a typed error, not a wrong result."""
     import torch
@@ -478,6 +493,7 @@ def test_gemm_k_past_2_31_refuses_forced_tma(monkeypatch: pytest.MonkeyPatch) ->
         ak.matmul(a, b)
 
 
+@gpu
 @pytest.mark.parametrize("gemm_path", ["mma_sync"], indirect=True)
 def test_matmul_more_than_65535_tile_rows(gemm_path: str) -> None:
     """M = 65535 * 128 + 1 on mma.sync: past what a grid.y of tile rows could hold."""
@@ -492,6 +508,7 @@ def test_matmul_more_than_65535_tile_rows(gemm_path: str) -> None:
     assert torch.equal(out, _mm_ref(a, b, torch.bfloat16))
 
 
+@gpu
 @pytest.mark.parametrize("gemm_path", GEMM_PATHS, indirect=True)
 def test_matmul_out_elements_past_2_31(gemm_path: str) -> None:
     """out [65544, 32776] bf16: m * ldd passes 2**31 from row 65520 on."""
@@ -506,6 +523,7 @@ def test_matmul_out_elements_past_2_31(gemm_path: str) -> None:
     assert torch.equal(y[rows], _mm_ref(a[rows], b, torch.bfloat16))
 
 
+@gpu
 @pytest.mark.parametrize("gemm_path", GEMM_PATHS, indirect=True)
 def test_scaled_mm_strides_past_2_31(gemm_path: str) -> None:
     """fp8 a [2, 64] rows 2**31 apart, a per-row scale_a whose stride is 2**31, bf16 out= rows
@@ -526,3 +544,96 @@ def test_scaled_mm_strides_past_2_31(gemm_path: str) -> None:
     assert res is out.view
     assert torch.equal(out.view, ref.to(torch.bfloat16))
     assert a_rows.intact() and out.intact()
+
+
+# --- CPU: the packed launch parameters ------------------------------------------------------
+
+
+class OffsetArray(FakeCudaArray):
+    """A fake CUDA array whose DLPack capsule gives its start as data + byte_offset."""
+
+    def __init__(self, *args: Any, byte_offset: int = 0, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.byte_offset = byte_offset
+
+    def __dlpack__(self, stream: int | None = None) -> object:
+        cap = super().__dlpack__(stream)
+        self._keep[-1].dl_tensor.byte_offset = self.byte_offset  # the capsule points at it
+        return cap
+
+
+def test_launch_parameters_carry_64_bit_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row strides past 2**31 elements and starts past 2**32 bytes (DLPack byte_offset) reach
+    every family's parameter block unchanged (CPU: the launch is captured, not run)."""
+    from aotkernels import _core, device, loader
+    from aotkernels._paths import matrix_path
+    from aotkernels.arch_matrix import load_matrix
+    from aotkernels.plan import param_layout
+
+    matrix = load_matrix(matrix_path(), check_sources=False)
+    dev = device.DeviceInfo(0, "Fake GPU", (9, 0), 132, 0xC0)
+    launches: list[dict[str, Any]] = []
+
+    def family_on(name: str, index: int) -> Any:
+        spec = matrix.families[name]
+        fmt, _, offsets = param_layout(spec.params)
+        tgt = matrix.targets["sm_90a" if name == "gemm" else "sm_90"]
+        specs = spec.entry_specs(matrix.dtypes)
+        ptrs = [n for n, t in spec.params if t == "ptr"]
+        return SimpleNamespace(
+            device=dev,
+            choice=SimpleNamespace(target=tgt.name),
+            kernels={e.symbol: 1 for e in specs if e.requires <= tgt.features},
+            variants={v.name: {"path": v.path, **dict(v.constants)} for v in spec.variants},
+            params=struct.Struct(fmt),
+            ptr_offsets=[off for n, off in offsets if n in ptrs],
+            field_offsets=dict(offsets),
+            names=[n for n, _ in spec.params],
+        )
+
+    class Plan:
+        """Records the decoded parameter block; a call patches the pointers in, as _core does."""
+
+        def __init__(self, symbol: str, *args: Any) -> None:
+            params, ptr_offsets = args[5], args[6]
+            fam = next(f for n in matrix.families if symbol in (f := family_on(n, 0)).kernels)
+            self.fields = dict(zip(fam.names, fam.params.unpack(params), strict=True))
+            self.fields["symbol"] = symbol
+            by_offset = {off: name for name, off in fam.field_offsets.items()}
+            self.slots = [by_offset[off] for off in ptr_offsets]
+
+        def __call__(self, stream: int, *ptrs: int) -> None:
+            launches.append(dict(self.fields, **dict(zip(self.slots, ptrs, strict=False))))
+
+    monkeypatch.setattr(loader, "family_on", family_on)
+    monkeypatch.setattr(device, "device_info", lambda index: dev)
+    monkeypatch.setattr(_core, "LaunchPlan", Plan)
+    base, off = 0x7F00_0000_0000, 2**33 + 32  # starts 8 GiB + 32 B past the capsule's data
+    row = BIG + 8  # elements
+
+    def big(cols: int, dtype: str = "bfloat16", at: int = 0) -> OffsetArray:
+        return OffsetArray((2, cols), dtype, (row, 1), ptr=base + at, byte_offset=off)
+
+    w = FakeCudaArray((128,), "bfloat16", ptr=0x1000)
+    x, out = big(128), big(128, at=2**40)
+    ak.rms_norm(x, w, out=out)
+    ak.fused_add_rms_norm(x, big(128, at=2**41), w)
+    ak.softmax(x, out=out)
+    ak.relu(x, out=out)
+    ak.silu_and_mul(big(256), out=big(128, at=2**40))
+    start = base + off
+    assert [f["symbol"] for f in launches] == [
+        "ak_rms_norm_bf16", "ak_fused_add_rms_norm_bf16", "ak_softmax_bf16", "ak_relu_bf16",
+        "ak_silu_and_mul_bf16",
+    ]  # fmt: skip
+    for f in launches:
+        assert f["x"] == start and f["x_row_stride"] == row, f
+        assert f["out"] in (start, start + 2**40) and f["out_row_stride"] == row, f
+    assert launches[1]["residual"] == start + 2**41 and launches[1]["residual_row_stride"] == row
+    a, o = big(64), big(48, "float32", at=2**40)
+    b = OffsetArray((64, 48), "bfloat16", (1, row), ptr=base + 2**42, byte_offset=off)
+    ak.matmul(a, b, "float32", out=o)
+    g = launches[-1]
+    assert (g["a"], g["b"], g["d"]) == (start, start + 2**42, start + 2**40)
+    assert (g["lda"], g["ldb"], g["ldd"]) == (row, row, row)
+    assert g["symbol"].endswith("_kk")  # both K-major, TMA-legal: strides up to 2**40 bytes
