@@ -17,9 +17,9 @@ TypeError / ValueError / NotImplementedError whose message starts with the op's 
 launch. Where the contract fixes the error (a refused dtype is a TypeError, a wrong shape a
 ValueError), that type is required; where an ``out=`` or an in-place argument shares memory with
 another argument (other than exactly in place), a correct result or a ValueError passes. Every
-array lives inside a NaN (or 0x5A) filled buffer with guard space around it: after a result,
-every element outside the op's outputs (``out=`` and the documented in-place arguments) must hold
-its bits, and after an error every element of every buffer.
+array lives inside a buffer of 0xFF bytes (NaN in every float dtype) with guard space around it:
+after a result, every byte outside the op's outputs (``out=`` and the documented in-place
+arguments) must hold its bits, and after an error every byte of every buffer.
 
 Each case runs twice on fresh buffers of the same layouts, so that the second call takes the
 torch fast path (the cached launch plan) where the first call built it.
