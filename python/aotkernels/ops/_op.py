@@ -642,6 +642,13 @@ def _general(
             if out is not None:
                 raise TypeError(f"{op.name}: out= is not supported for jax arrays (immutable)")
             return _jax.call(op, full, dict(zip((a.name for a in op.attrs), values, strict=True)))
+    if fw.name == "torch" and not below_autograd and type(full[lead]) not in TORCH_TYPES:
+        # A tensor subclass (FakeTensor and FunctionalTensor while torch.compile traces a
+        # backward, or a user's subclass): the dispatcher, not a raw pointer, must run it.
+        from .. import _torch
+
+        attr_map = dict(zip((a.name for a in op.attrs), values, strict=True))
+        return _torch.call(op, full, attr_map, out, stream)
     # The stream first: torch / CuPy need the device of the lead input to name theirs.
     if stream is None:
         if fw.name in ("torch", "cupy"):
@@ -672,11 +679,11 @@ def _general(
                 f"{op.name}: {t.name} must be a mutable array (the op writes it in place), got "
                 f"an immutable {written.fw.name} array"
             )
+
     if fw.name == "torch" and not below_autograd and _needs_autograd(full):
         from .. import _torch
 
         return _torch.call_autograd(op, full, values, out, stream)
-
     attr_map = dict(zip((a.name for a in op.attrs), values, strict=True))
     metas = {
         n: None if i is None else Meta(tuple(i.shape), tuple(i.strides), i.dtype, _align(i.ptr))
