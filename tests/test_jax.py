@@ -15,6 +15,7 @@ import re
 import struct
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -114,9 +115,13 @@ def test_doctor_says_whether_the_build_has_the_xla_extension(
     rep = json.loads(capsys.readouterr().out)["jax"]
     assert rep["xla_extension"] is (_xla_missing() is None)
     assert rep["jaxlib"] == metadata.version("jaxlib")
+    header = Path(jax.ffi.include_dir()) / "xla" / "ffi" / "api" / "c_api.h"
+    api = re.findall(r"#define XLA_FFI_API_(?:MAJOR|MINOR) (\d+)", header.read_text())
+    assert rep["jaxlib_ffi_api"] == ".".join(api)
     if rep["xla_extension"]:
         from aotkernels import _xla
 
+        assert rep["problem"] is None  # the jaxlib it was built with (or a newer one) is here
         assert rep["built_against_jaxlib"] == _xla.JAXLIB_VERSION
         assert re.fullmatch(r"\d+\.\d+(\.\d+)?", rep["built_against_jaxlib"])
         assert re.fullmatch(r"0\.\d+", rep["ffi_api"])
@@ -125,6 +130,21 @@ def test_doctor_says_whether_the_build_has_the_xla_extension(
         assert f"jax.jit: XLA extension built against jaxlib {_xla.JAXLIB_VERSION}'s" in text
     else:
         assert rep["built_against_jaxlib"] is None
+
+
+def test_ffi_api_compatibility_rule() -> None:
+    """XLA runs handlers of its own FFI API major version and its own or an older minor one
+    (measured: a handler built against jaxlib 0.10.2's 0.3 runs under 0.11.2's 0.4; one built
+    against 0.4 is refused by 0.3)."""
+    from aotkernels._jax import check_ffi_api
+
+    assert check_ffi_api((0, 3), (0, 4)) is None
+    assert check_ffi_api((0, 4), (0, 4)) is None
+    assert check_ffi_api((0, 4), None) is None  # no jaxlib headers to judge by: XLA will say
+    assert "XLA FFI API 0.4, newer than the installed jaxlib's 0.3" in str(
+        check_ffi_api((0, 4), (0, 3))
+    )
+    assert check_ffi_api((1, 0), (0, 9)) is not None
 
 
 @needs_xla

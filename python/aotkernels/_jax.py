@@ -12,9 +12,12 @@ target registered on the first JAX call.
 from __future__ import annotations
 
 import functools
+import importlib.util
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .arrays import LONG_NAMES, contiguous_strides, dtype_name
@@ -26,7 +29,9 @@ __all__ = [
     "LaunchDescription",
     "available",
     "call",
+    "check_ffi_api",
     "emit",
+    "installed_ffi_api",
     "lower",
     "register",
     "xla_extension",
@@ -62,6 +67,34 @@ def xla_extension() -> Any:
     return _xla
 
 
+def installed_ffi_api() -> tuple[int, int] | None:
+    """The XLA FFI API version (major, minor) of the installed jaxlib, read from the C header it
+    ships (jax is not imported); None without jaxlib or its headers."""
+    spec = importlib.util.find_spec("jaxlib")
+    for loc in (spec.submodule_search_locations or []) if spec is not None else []:
+        try:
+            text = (Path(loc) / "include" / "xla" / "ffi" / "api" / "c_api.h").read_text()
+        except OSError:
+            continue
+        major = re.search(r"#define XLA_FFI_API_MAJOR (\d+)", text)
+        minor = re.search(r"#define XLA_FFI_API_MINOR (\d+)", text)
+        if major and minor:
+            return int(major[1]), int(minor[1])
+    return None
+
+
+def check_ffi_api(built: tuple[int, int], installed: tuple[int, int] | None) -> str | None:
+    """Why XLA would refuse a handler built against FFI API ``built``, or None: XLA runs handlers
+    of its own major version and its own or an older minor one."""
+    if installed is None or (built[0] == installed[0] and built[1] <= installed[1]):
+        return None
+    return (
+        f"aotkernels._xla was built against XLA FFI API {built[0]}.{built[1]}, newer than the "
+        f"installed jaxlib's {installed[0]}.{installed[1]}, which refuses it: upgrade jax and "
+        "jaxlib, or build aotkernels from source with this jaxlib installed"
+    )
+
+
 def register(target: str = TARGET) -> None:
     """Register ``target`` with JAX once per process.
 
@@ -76,6 +109,9 @@ def register(target: str = TARGET) -> None:
         import jax
 
         xla = xla_extension()
+        problem = check_ffi_api(tuple(xla.FFI_API_VERSION), installed_ffi_api())
+        if problem:
+            raise AotKernelsError(problem)
         if target == TARGET:
             from . import device
 
