@@ -81,7 +81,7 @@ def _act_desc(rows: int, cols: int, slots: tuple[int, int] = (1, 0), **kw: Any) 
     from aotkernels import _jax
 
     fields = {
-        "kernels": (0x1000,),
+        "kernel": "activation/ak_silu_f32",
         "params": ACT.pack(0, 0, rows, cols, cols, cols),
         "ptr_offsets": (0, 8),
         "slots": slots,
@@ -259,7 +259,7 @@ def no_gpu_needed(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(loader, "family_on", lambda name, d: _FamilyLayout(name))
     monkeypatch.setattr(device, "device_info", lambda d: _Device())
-    monkeypatch.setattr(_jax, "kernel_table", lambda family, symbol: (0x1000,))
+    monkeypatch.setattr(_jax, "kernel_name", lambda family, symbol: f"{family}/{symbol}")
 
 
 def _lowered(op: Any, arrays: list[Any], **attrs: Any) -> tuple[Any, list[bytes]]:
@@ -348,13 +348,9 @@ def _silu_launch(x: Any) -> Any:
     dev = x.devices().pop().local_hardware_id if hasattr(x, "devices") else 0
     dt = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[str(x.dtype)]
     fam = loader.family_on("activation", dev)
-    kernels = tuple(
-        loader.family_on("activation", d).kernels[f"ak_silu_{dt}"]
-        for d in range(device.device_count())
-    )
     cfg = elementwise_config(1, n, x.dtype.itemsize, device.device_info(dev).sm_count, 4)
     return _jax.LaunchDescription(
-        kernels=kernels,
+        kernel=_jax.kernel_name("activation", f"ak_silu_{dt}"),
         params=fam.params.pack(0, 0, 1, n, n, n),
         ptr_offsets=tuple(fam.ptr_offsets),
         slots=(1, 0),

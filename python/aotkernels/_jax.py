@@ -2,10 +2,10 @@
 
 One handler in C++ (``_xla``, src/xla.cpp) launches any op: the op's declaration gives the
 launches (entry point, parameter fields, grid, block), this module packs each into a launch
-description (the parameter block with zeros at pointer fields, which operand or result each
-pointer is, the kernel of every device) and emits one ``jax.ffi.ffi_call`` per launch. At run
-time the handler patches the buffers' addresses in and launches on XLA's stream: no host
-synchronisation, no copies. Nothing here runs at ``import aotkernels``; jax is imported and the
+description (the kernel's name, the parameter block with zeros at pointer fields, which operand
+or result each pointer is) and emits one ``jax.ffi.ffi_call`` per launch. At run time the
+handler finds the kernel of the device it runs on, patches the buffers' addresses in and
+launches on XLA's stream: no host synchronisation, no copies. Nothing here runs at ``import aotkernels``; jax is imported and the
 target registered on the first JAX call.
 """
 
@@ -139,7 +139,7 @@ class LaunchDescription:
     extent, row bytes, box inner, box outer.
     """
 
-    kernels: tuple[int, ...]  # the entry point's CUfunction per CUDA ordinal (0: not loaded)
+    kernel: str  # "family/symbol", as published to _xla (kernel_name)
     params: bytes
     ptr_offsets: tuple[int, ...]
     slots: tuple[int, ...]
@@ -154,7 +154,7 @@ class LaunchDescription:
 
         maps = [v for m in self.tensor_maps for v in m]
         return {
-            "kernels": np.asarray(self.kernels, dtype=np.uint64),
+            "kernel": self.kernel,
             "params": np.frombuffer(self.params, dtype=np.uint8),
             "ptr_offsets": np.asarray(self.ptr_offsets, dtype=np.int64),
             "slots": np.asarray(self.slots, dtype=np.int64),
@@ -195,7 +195,7 @@ _OURS = {long: ours for ours, long in LONG_NAMES.items()}  # "bfloat16" -> "bf16
 # (op, attributes, the op's extra launch state, device) -> the jitted lowering
 _eager: dict[Any, Any] = {}
 _MAX_EAGER = 1024  # attributes vary without end (eps sweeps): bound the cache
-_kernel_tables: dict[tuple[str, str], tuple[int, ...]] = {}
+_published: set[tuple[str, str]] = set()
 
 
 def call(op: Any, arrays: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
@@ -250,7 +250,7 @@ def _device_of(op: Any, arrays: Sequence[Any]) -> int:
 
 def _default_device(op: Any) -> int:
     """A traced call's device: JAX's default device (the program's is not known when it is
-    traced); every device's kernel is in the call, only the launch configuration follows it."""
+    traced); every device's kernel is published, only the launch configuration follows it."""
     import jax
 
     d = getattr(jax.config, "jax_default_device", None) or jax.devices()[0]
@@ -276,11 +276,13 @@ def _jax_dtype(dtype: str) -> Any:
     return jnp.dtype(dtype_name(dtype))
 
 
-def kernel_table(family: str, symbol: str) -> tuple[int, ...]:
-    """``symbol``'s CUfunction on every visible device (0 where the family cannot load): the
-    custom call carries them all and the handler picks the one of the device it runs on."""
-    table = _kernel_tables.get((family, symbol))
-    if table is None:
+def kernel_name(family: str, symbol: str) -> str:
+    """The name a custom call launches ``symbol`` by, after publishing its CUfunction on every
+    visible device to ``_xla`` (0 where the family cannot load: the handler then names the
+    device). Names, not pointers, in the program: the compiled program stays valid for JAX's
+    persistent compilation cache in another process, whose lowering publishes its own."""
+    name = f"{family}/{symbol}"
+    if (family, symbol) not in _published:
         from . import device, loader
 
         kernels = []
@@ -288,10 +290,10 @@ def kernel_table(family: str, symbol: str) -> tuple[int, ...]:
             try:
                 kernels.append(loader.family_on(family, d).kernels.get(symbol, 0))
             except (AotKernelsError, NotImplementedError):
-                kernels.append(0)  # the handler names the device if the program runs there
-        table = tuple(kernels)
-        _kernel_tables[(family, symbol)] = table
-    return table
+                kernels.append(0)
+        xla_extension().set_kernels(name, kernels)
+        _published.add((family, symbol))
+    return name
 
 
 def lower(
@@ -421,7 +423,7 @@ def _describe(
         for m in ln.tensor_maps
     )
     desc = LaunchDescription(
-        kernels=kernel_table(op.family, ln.symbol),
+        kernel=kernel_name(op.family, ln.symbol),
         params=fam.params.pack(*values),
         ptr_offsets=tuple(fam.ptr_offsets),
         slots=tuple(slots),
