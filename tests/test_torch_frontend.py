@@ -178,7 +178,10 @@ def test_opcheck_scaled_mm() -> None:
     b = _cuda(40, 64).to(torch.float8_e4m3fn).t()
     one = torch.ones(1, device="cuda")
     args = (a, b, one, one, None, torch.bfloat16)
-    torch.library.opcheck(torch.ops.aotkernels.scaled_mm.default, args)
+    # opcheck's test_schema perturbs the inputs with arithmetic torch has no fp8 kernels for
+    # ("mul_cuda" not implemented for Float8_e4m3fn); the other checks take fp8 inputs.
+    checks = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+    torch.library.opcheck(torch.ops.aotkernels.scaled_mm.default, args, test_utils=checks)
 
 
 class _Block(torch.nn.Module):

@@ -41,8 +41,8 @@ def host_costs() -> None:
         ak.relu(x, out=y)
         ak.relu(x)
     # The cached launch of ak.relu(x, out=y): the key's last element is out's layout.
-    compiled = next(c for k, (c, _, _) in _op._PLANS.items() if k[0].name == "relu" and k[-1])
-    plan = compiled.plans[0][0]
+    fast = next(f for k, f in _op._PLANS.items() if k[0].name == "relu" and k[-1])
+    plan = fast.launches[0][0]
     xp, yp = x.data_ptr(), y.data_ptr()
     fam = loader.family_on("activation", 0)
     cu = device.cuda_driver()

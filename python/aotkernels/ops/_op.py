@@ -26,7 +26,7 @@ import math
 import numbers
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .. import arrays as _arrays
@@ -253,7 +253,7 @@ class Op:
     backward: Backward | None = None
     # Extra state a launch depends on beyond arguments (e.g. environment switches): part of the
     # fast path's key.
-    cache_key: Callable[[], Any] = field(default=lambda: None)
+    cache_key: Callable[[], Any] | None = None
 
     def __post_init__(self) -> None:
         REGISTRY[self.name] = self
@@ -268,9 +268,15 @@ class Op:
 
     def __call__(self, *arrays: Any, out: Any = None, stream: Any = None, **attrs: Any) -> Any:
         front = _torch_front
-        if front is not None and front.compiling():
-            # Inside torch.compile: record torch.ops.aotkernels.<op> (no Python of ours traced).
-            return front.call(self, arrays, attrs, out, stream)
+        if front is not None:
+            if front.compiling():
+                # Inside torch.compile: record torch.ops.aotkernels.<op> (none of our Python is
+                # traced).
+                return front.call(self, arrays, attrs, out, stream)
+            if arrays and type(arrays[0]) in TORCH_TYPES:
+                res = _torch_fast(self, arrays, attrs, out, stream, False, False)
+                if res is not _MISS:
+                    return res
         return run(self, arrays, attrs, out, stream)
 
 
@@ -471,8 +477,8 @@ def _bind(op: Op, arrays: Sequence[Any], attrs: Mapping[str, Any]) -> tuple[Any,
     return tuple(a.check(op.name, attrs.get(a.name, a.default)) for a in op.attrs)
 
 
-# Torch fast path: key -> (_Compiled, output allocation, whether overlap checks are needed).
-_PLANS: dict[Any, tuple[_Compiled, tuple[tuple[tuple[int, ...], Any] | None, ...], bool]] = {}
+# Torch fast path: (op, attributes, layouts and alignment of every array) -> _Fast.
+_PLANS: dict[Any, _Fast] = {}
 _MAX_PLANS = 4096  # dynamic shapes: bound the cache rather than grow without end
 
 
@@ -490,90 +496,116 @@ def run(
 
     Returns what the op declares in ``returns``, or with ``want_outputs`` the list of all its
     outputs (the torch front end's implementation)."""
-    values = _bind(op, arrays, attrs)
-    full = tuple(arrays) + (None,) * (len(op.inputs) - len(arrays))
-    x = next((a for a in full if a is not None), None)
-    if type(x) in TORCH_TYPES:
-        res = _torch_fast(op, full, values, out, stream, below_autograd, want_outputs)
+    if below_autograd and arrays and type(arrays[0]) in TORCH_TYPES:
+        res = _torch_fast(op, arrays, attrs, out, stream, True, want_outputs)
         if res is not _MISS:
             return res
-    return _general(op, full, values, out, stream, below_autograd, want_outputs)
+    values = _bind(op, arrays, attrs)
+    full = tuple(arrays) + (None,) * (len(op.inputs) - len(arrays))
+    return _general(op, (arrays, attrs), full, values, out, stream, below_autograd, want_outputs)
 
 
 _MISS = object()
+_LIKE_X = "like x"  # the fast path allocates this output with torch.empty_like(x)
 
 
-def _torch_key(op: Op, full: Sequence[Any], values: tuple[Any, ...], out: Any) -> Any:
-    key: list[Any] = [op, values, op.cache_key()]
-    for a in (*full, out):
+def _torch_key(
+    op: Op, arrays: Sequence[Any], attrs: Mapping[str, Any], out: Any
+) -> tuple[tuple[Any, ...], list[int]] | None:
+    """The fast path's key of a call as made, and the arrays' pointers. The key holds the op,
+    the attributes as given (values and types, so that only calls identical to a validated one
+    hit), the environment the launch depends on, and each array's dtype, shape, strides,
+    device and pointer alignment (flat: one tuple hashes faster than nested ones)."""
+    key: list[Any] = [op]
+    if attrs:
+        items = tuple(attrs.items())
+        key.append(items)
+        key.append(tuple([type(v) for _, v in items]))
+    if op.cache_key is not None:
+        key.append(op.cache_key())
+    ptrs = []
+    for a in arrays:
         if a is None:
             key.append(None)
+            ptrs.append(0)
         elif type(a) in TORCH_TYPES:
-            key.append((a.dtype, a.shape, a.stride(), a.get_device(), a.data_ptr() & 15))
+            p = a.data_ptr()
+            key += (a.dtype, a.shape, a.stride(), a.get_device(), p & 15)
+            ptrs.append(p)
         else:
             return None
-    return tuple(key)
+    if out is not None:
+        if type(out) not in TORCH_TYPES:
+            return None
+        key += (out.dtype, out.shape, out.stride(), out.get_device(), out.data_ptr() & 15)
+    return tuple(key), ptrs
+
+
+class _Fast(NamedTuple):
+    """A cached torch call shape. Arrays are numbered inputs first, then outputs; a trailing
+    slot holds 0 for null pointers."""
+
+    launches: tuple[tuple[Any, tuple[int, ...]], ...]  # (_core.LaunchPlan, array per pointer)
+    allocs: tuple[Any, ...]  # per output: None (the caller's out=), _LIKE_X, (shape, dtype)
+    # Per written array and other array that may overlap it: (i, lo_i, hi_i, j, lo_j, hi_j,
+    # exact_ok), byte offsets of their spans from their pointers; exact_ok: i may alias j exactly.
+    overlaps: tuple[tuple[int, int, int, int, int, int, bool], ...]
+    returns: tuple[int, ...]  # the arrays the call returns
+    n_inputs: int
 
 
 def _torch_fast(
     op: Op,
-    full: Sequence[Any],
-    values: tuple[Any, ...],
+    arrays: Sequence[Any],
+    attrs: Mapping[str, Any],
     out: Any,
     stream: Any,
     below_autograd: bool,
     want_outputs: bool,
 ) -> Any:
-    key = _torch_key(op, full, values, out)
-    if key is None:
+    """A call identical in layout to a validated one: allocate, check overlaps, launch."""
+    found = _torch_key(op, arrays, attrs, out)
+    if found is None:
         return _MISS
+    key, ptrs = found
     try:
         hit = _PLANS.get(key)
     except TypeError:  # an unhashable attribute: the general path judges it
         return _MISS
     if hit is None:
         return _MISS
-    if not below_autograd and _needs_autograd(full):
-        return _MISS  # the general path routes it through autograd or refuses it
-    compiled, allocs, check = hit
-    x = next(a for a in full if a is not None)
-    ptrs: dict[str | None, int] = {None: 0}
-    for t, a in zip(op.inputs, full, strict=True):
-        ptrs[t.name] = 0 if a is None else a.data_ptr()
-    results: list[Any] = []
-    for o, alloc in zip(op.outputs, allocs, strict=True):
+    x = arrays[0]
+    if not below_autograd and _arrays.torch_grad_enabled():
+        for a in arrays:
+            if a is not None and a.requires_grad:
+                return _MISS  # the general path routes it through autograd or refuses it
+    args: list[Any] = list(arrays)
+    if len(args) < hit.n_inputs:
+        pad = hit.n_inputs - len(args)
+        args += [None] * pad
+        ptrs += [0] * pad
+    for alloc in hit.allocs:
         if alloc is None:  # the caller's out=
             res = out
+        elif alloc is _LIKE_X:
+            res = _arrays.torch_empty_like(x)  # ~1 us cheaper than new_empty
         else:
-            shape, tdtype = alloc
-            res = x.new_empty(shape, dtype=tdtype)
-        ptrs[o.name] = res.data_ptr()
-        results.append(res)
-    if check:
-        _check_overlaps(op, _torch_arrays(op, full, results, ptrs))
+            res = x.new_empty(alloc[0], dtype=alloc[1])
+        args.append(res)
+        ptrs.append(res.data_ptr())
+    ptrs.append(0)
+    for i, lo_i, hi_i, j, lo_j, hi_j, exact_ok in hit.overlaps:
+        pi, pj = ptrs[i], ptrs[j]
+        if pi + lo_i < pj + hi_j and pj + lo_j < pi + hi_i and not (exact_ok and pi == pj):
+            return _MISS  # the general path names the overlap
     s = _arrays.torch_stream(x.get_device()) if stream is None else stream_handle(stream)
-    for plan, slots in compiled.plans:
-        plan(s, *[ptrs[n] for n in slots])
-    return results if want_outputs else _returns(op, full, results)
-
-
-def _torch_arrays(
-    op: Op, full: Sequence[Any], results: Sequence[Any], ptrs: Mapping[str | None, int]
-) -> list[_Array]:
-    arrs = []
-    for t, a in zip(op.inputs, full, strict=True):
-        if a is not None:
-            m = Meta(tuple(a.shape), tuple(a.stride()), "", 16)
-            arrs.append(_Array(t.name, _itemsized(m, a), ptrs[t.name], t.mutated, None))
-    for o, r in zip(op.outputs, results, strict=True):
-        m = Meta(tuple(r.shape), tuple(r.stride()), "", 16)
-        arrs.append(_Array(o.name, _itemsized(m, r), ptrs[o.name], True, o.inplace_of))
-    return arrs
-
-
-def _itemsized(m: Meta, t: Any) -> Meta:
-    # Spans only need the element size: name a dtype of that size.
-    return m._replace(dtype={1: "int8", 2: "f16", 4: "f32", 8: "f64"}[t.element_size()])
+    for plan, idx in hit.launches:
+        plan(s, *[ptrs[k] for k in idx])
+    if want_outputs:
+        return args[hit.n_inputs :]
+    if len(hit.returns) == 1:
+        return args[hit.returns[0]]
+    return tuple(args[k] for k in hit.returns)
 
 
 def _needs_autograd(full: Sequence[Any]) -> bool:
@@ -591,6 +623,7 @@ def _returns(op: Op, inputs: Sequence[Any], results: Sequence[Any]) -> Any:
 
 def _general(
     op: Op,
+    raw: tuple[Sequence[Any], Mapping[str, Any]],  # the call as made: the fast path's key
     full: Sequence[Any],
     values: tuple[Any, ...],
     out: Any,
@@ -672,7 +705,7 @@ def _general(
     for plan, slots in compiled.plans:
         plan(s, *[ptrs[n] for n in slots])
     if fw.name == "torch":
-        _remember(op, full, values, out, compiled, results, check)
+        _remember(op, raw, out, compiled, results, arrs, check)
     # Outputs this call allocated go back through the framework (JAX waits for our stream).
     finished = [
         r if (out is not None and r is out) or o.hidden else fw.finish(r, s)
@@ -731,23 +764,62 @@ def _outputs(
 
 def _remember(
     op: Op,
-    full: Sequence[Any],
-    values: tuple[Any, ...],
+    raw: tuple[Sequence[Any], Mapping[str, Any]],
     out: Any,
     compiled: _Compiled,
     results: Sequence[Any],
+    arrs: Sequence[_Array],
     check: bool,
 ) -> None:
-    key = _torch_key(op, full, values, out)
-    if key is None:
+    """Cache this validated call shape for the torch fast path (``_Fast``)."""
+    found = _torch_key(op, raw[0], raw[1], out)
+    if found is None:
         return
+    key = found[0]
+    full = [*raw[0]] + [None] * (len(op.inputs) - len(raw[0]))
+    names = [t.name for t in op.inputs] + [o.name for o in op.outputs]
+    null = len(names)
+    launches = tuple(
+        (plan, tuple(null if n is None else names.index(n) for n in slots))
+        for plan, slots in compiled.plans
+    )
+    x = next(a for a in full if a is not None)
+    like_x = (x.shape, x.dtype) if x.is_contiguous() else None
     allocs = tuple(
-        None if (out is not None and r is out) else (tuple(r.shape), r.dtype) for r in results
+        None
+        if (out is not None and r is out)
+        else _LIKE_X
+        if (r.shape, r.dtype) == like_x
+        else (tuple(r.shape), r.dtype)
+        for r in results
+    )
+    overlaps = []
+    if check:  # the pairs _check_overlaps looks at, as offsets from the pointers
+        index = {n: i for i, n in enumerate(names)}
+        spans = {a.name: _span(a.meta, 0) for a in arrs}
+        for w in arrs:
+            sw = spans[w.name]
+            if not w.written or sw is None:
+                continue
+            for o in arrs:
+                so = spans[o.name]
+                if o is w or so is None or (o.written and index[o.name] < index[w.name]):
+                    continue
+                exact = (w.inplace_of == o.name or o.inplace_of == w.name) and (
+                    w.meta.strides == o.meta.strides
+                )
+                overlaps.append((index[w.name], sw[0], sw[1], index[o.name], so[0], so[1], exact))
+    fast = _Fast(
+        launches,
+        allocs,
+        tuple(overlaps),
+        tuple(names.index(n) for n in op.returns),
+        len(op.inputs),
     )
     if len(_PLANS) >= _MAX_PLANS:
         _PLANS.clear()
     with contextlib.suppress(TypeError):  # an unhashable attribute value: no fast path for it
-        _PLANS[key] = (compiled, allocs, check)
+        _PLANS[key] = fast
 
 
 def rows_view(op: str, arg: str, meta: Meta) -> tuple[int, int, int]:
