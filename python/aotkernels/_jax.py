@@ -5,8 +5,8 @@ launches (entry point, parameter fields, grid, block), this module packs each in
 description (the kernel's name, the parameter block with zeros at pointer fields, which operand
 or result each pointer is) and emits one ``jax.ffi.ffi_call`` per launch. At run time the
 handler finds the kernel of the device it runs on, patches the buffers' addresses in and
-launches on XLA's stream: no host synchronisation, no copies. Nothing here runs at ``import aotkernels``; jax is imported and the
-target registered on the first JAX call.
+launches on XLA's stream: no host synchronisation, no copies. Nothing here runs at
+``import aotkernels``; jax is imported and the target registered on the first JAX call.
 """
 
 from __future__ import annotations
