@@ -9,6 +9,7 @@ real handler against jnp references.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import re
@@ -675,3 +676,48 @@ def test_jit_attention(dtype: str, causal: bool) -> None:
     np.testing.assert_allclose(
         np.asarray(_f32(got)), np.asarray(_attention_ref(q, k, v, causal)), rtol=rtol, atol=atol
     )
+
+
+def _assert_attention_close(got: Any, ref: Any, dtype: str) -> None:
+    rtol, atol = ATTENTION_TOL[dtype]
+    np.testing.assert_allclose(np.asarray(_f32(got)), np.asarray(ref), rtol=rtol, atol=atol)
+
+
+@needs_jax_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_jit_attention_varlen(dtype: str) -> None:
+    import aotkernels as ak
+
+    bounds = [0, 5, 5, 45]  # an empty sequence between a short and a long one
+    q = _normal((45, 8, 64), dtype)
+    k, v = _normal((45, 2, 64), dtype, 1), _normal((45, 2, 64), dtype, 2)
+    cu = jnp.asarray(bounds, jnp.int32)
+    got = jax.jit(lambda q, k, v, cu: ak.attention_varlen(q, k, v, cu, cu, 40, 40, True))(
+        q, k, v, cu
+    )
+    ref = jnp.concatenate(
+        [
+            _attention_ref(q[None, s:e], k[None, s:e], v[None, s:e], True)[0]
+            for s, e in itertools.pairwise(bounds)
+            if e > s
+        ]
+    )
+    _assert_attention_close(got, ref, dtype)
+
+
+@needs_jax_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_jit_attention_decode(dtype: str) -> None:
+    import aotkernels as ak
+
+    lens = [10, 64, 33]
+    q = _normal((3, 1, 8, 64), dtype)
+    k, v = _normal((3, 64, 2, 64), dtype, 1), _normal((3, 64, 2, 64), dtype, 2)
+    got = jax.jit(ak.attention_decode)(q, k, v, jnp.asarray(lens, jnp.int32))
+    ref = jnp.concatenate(
+        [
+            _attention_ref(q[b : b + 1], k[b : b + 1, :n], v[b : b + 1, :n], False)
+            for b, n in enumerate(lens)
+        ]
+    )
+    _assert_attention_close(got, ref, dtype)
