@@ -363,28 +363,15 @@ def _describe(
 ) -> tuple[LaunchDescription, list[Any], list[Any], dict[int, int], list[str]]:
     """One launch's description and buffers: (description, operands, result types, aliases,
     the array name each result is the new value of)."""
+    from .ops._op import pack_launch
 
-    unknown = set(ln.args) - {n for n, _ in fam.param_fields}
-    assert not unknown, f"{ln.symbol}: unknown parameter fields {sorted(unknown)}"
-    values: list[Any] = []
-    ptr_names: list[str | None] = []
-    ptr_fields: list[str] = []
-    for name, ptype in fam.param_fields:
-        v = ln.args.get(name)
-        if ptype == "ptr":
-            ptr_fields.append(name)
-            ptr_names.append(v)
-            values.append(0)
-        elif ptype == "tmap":
-            values.append(b"")
-        else:
-            values.append(0 if v is None else v)
+    packed = pack_launch(fam, ln)
     operands: list[Any] = []
     results: list[Any] = []  # ShapeDtypeStructs
     result_names: list[str] = []
     aliases: dict[int, int] = {}
     where: dict[str, tuple[str, int]] = {}  # name -> ("arg" | "ret", index)
-    for name in dict.fromkeys(n for n in ptr_names if n is not None):
+    for name in dict.fromkeys(n for n in packed.pointers if n is not None):
         if name in current:
             value = current[name]
             if name in mutated or name in outs:  # written here or read back from a launch
@@ -403,34 +390,21 @@ def _describe(
         else:
             raise AssertionError(f"{ln.symbol}: pointer field bound to unknown array {name!r}")
     slots = []
-    for name in ptr_names:
-        if name is None:
+    for field in packed.pointers:
+        if field is None:
             slots.append(-1)
         else:
-            kind, i = where[name]
+            kind, i = where[field]
             slots.append(i if kind == "arg" else len(operands) + i)
-    maps = tuple(
-        (
-            fam.field_offsets[m.field],
-            ptr_fields.index(m.ptr_field),
-            m.data_type,
-            m.inner,
-            m.outer,
-            m.row_bytes,
-            m.box_inner,
-            m.box_outer,
-        )
-        for m in ln.tensor_maps
-    )
     desc = LaunchDescription(
         kernel=kernel_name(op.family, ln.symbol),
-        params=fam.params.pack(*values),
+        params=packed.params,
         ptr_offsets=tuple(fam.ptr_offsets),
         slots=tuple(slots),
         grid=_dims3(ln.grid),
         block=_dims3(ln.block),
         smem=ln.smem,
-        tensor_maps=maps,
+        tensor_maps=packed.tensor_maps,
     )
     return desc, operands, results, aliases, result_names
 
