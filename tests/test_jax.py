@@ -352,6 +352,21 @@ def test_cpu_arrays_are_refused_by_name() -> None:
         jax.jit(ak.silu)(x)
 
 
+def test_builds_without_the_xla_extension_refuse_traced_arrays_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Traced arrays cannot take the DLPack path: the error names the missing extension (not a
+    tracer's missing __dlpack_device__)."""
+    import aotkernels as ak
+    from aotkernels import _jax
+
+    monkeypatch.setitem(sys.modules, "aotkernels._xla", None)  # its import now fails
+    monkeypatch.delattr(ak, "_xla", raising=False)
+    assert not _jax.available()
+    with pytest.raises(NotImplementedError, match=r"no XLA extension \(aotkernels\._xla\)"):
+        jax.jit(ak.silu)(jnp.ones((4, 8)))
+
+
 # --- the real handler on a GPU ----------------------------------------------------------------
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "installed_ffi_api",
     "lower",
     "register",
+    "traced",
     "xla_extension",
 ]
 
@@ -52,6 +53,13 @@ def available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def traced(arrays: Sequence[Any]) -> bool:
+    """Whether any of ``arrays`` is a JAX tracer (inside jit, vmap, grad...)."""
+    import jax
+
+    return any(isinstance(a, jax.core.Tracer) for a in arrays)
 
 
 def xla_extension() -> Any:
@@ -208,8 +216,8 @@ def call(op: Any, arrays: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
     """
     import jax
 
-    present = [a for a in arrays if a is not None]
-    if any(isinstance(a, jax.core.Tracer) for a in present):
+    xla_extension()  # this build's XLA extension, or the error that says it has none
+    if traced(arrays):
         return lower(op, arrays, attrs, _default_device(op))
     device = _device_of(op, arrays)
     key: Any = (op.name, tuple(attrs.items()), op.cache_key(), device)

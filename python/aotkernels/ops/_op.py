@@ -656,7 +656,9 @@ def _general(
     if fw.name == "jax":
         from .. import _jax
 
-        if _jax.available():
+        # Traced arrays have no memory to hand over through DLPack: only the XLA path can take
+        # them (and says so when this build lacks it).
+        if _jax.available() or _jax.traced(full):
             if out is not None:
                 raise TypeError(f"{op.name}: out= is not supported for jax arrays (immutable)")
             return _jax.call(op, full, dict(zip((a.name for a in op.attrs), values, strict=True)))
