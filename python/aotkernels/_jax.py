@@ -220,7 +220,8 @@ def call(op: Any, arrays: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
     if traced(arrays):
         return lower(op, arrays, attrs, _default_device(op))
     device = _device_of(op, arrays)
-    key: Any = (op.name, tuple(attrs.items()), (op.cache_key() if op.cache_key is not None else None), device)
+    extra = None if op.cache_key is None else op.cache_key()
+    key: Any = (op.name, tuple(attrs.items()), extra, device)
     try:
         fn = _eager.get(key)
     except TypeError:  # an unhashable attribute value: jit this call on its own
