@@ -58,7 +58,7 @@ struct softmax_fn {
 
 // The row adapter of ak/reduce.cuh over this family's parameters (read in place).
 template <class T_>
-struct Rows {
+struct Rows : rowwise::OneLevel {
   using T = T_;
   const ak_softmax_params& p;
   __device__ __forceinline__ T* out() const { return static_cast<T*>(p.out); }
@@ -71,11 +71,12 @@ struct Rows {
   __device__ __forceinline__ int64_t x_stride() const { return p.x_row_stride; }
   __device__ __forceinline__ int64_t out_stride() const { return p.out_row_stride; }
   __device__ __forceinline__ int64_t res_stride() const { return 0; }
+  __device__ __forceinline__ int64_t row_cols(int64_t) const { return p.cols; }
 };
 
 template <class Op, class T>
 __device__ __forceinline__ void run(const ak_softmax_params& p) {
-  rowwise::run<Op>(Rows<T>{p}, p.vecs_per_thread, 0.f);
+  rowwise::run<Op>(Rows<T>{{}, p}, p.vecs_per_thread, 0.f);
 }
 
 }  // namespace ak::softmax
