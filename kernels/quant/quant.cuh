@@ -7,9 +7,10 @@
 // too), NaN stays NaN: torch's y.div(scale).clamp(-max, max).to(float8) up to the one f32 ulp
 // between y * (1 / scale) and y / scale (vLLM multiplies by the inverse the same way).
 // Scales (`mode`, see arch_matrix.toml): static (given), dynamic per row (max |y| of the row over
-// the fp8 max, amax floored at 1e-10 so that a zero row gets a finite scale), per tensor (three
-// launches: zero, atomicMax of row maxima, quantize) and per 1 x group_size group (rows of
-// `hidden` = group_size elements with a two-level index). A row's max |y| costs one more pass
+// the fp8 max, amax floored at 1e-10 so that a zero row gets a finite scale), per tensor (four
+// launches on the one-element scale output: zero it, atomicMax the row maxima into it, quantize
+// with the scale derived from it, turn it into that scale) and per 1 x group_size group (rows
+// of `hidden` = group_size elements with a two-level index). A row's max |y| costs one more pass
 // over its registers (or one more streamed read of a long row) before the store.
 #pragma once
 
@@ -23,9 +24,14 @@ constexpr int kHasBias = 2;
 constexpr int kGemma = 4;
 constexpr int kE5m2 = 8;
 
-enum Mode { kStatic = 0, kPerRow = 1, kAmax = 2, kFromAmax = 3, kZero = 4 };
+enum Mode { kStatic = 0, kPerRow = 1, kAmax = 2, kFromAmax = 3, kZero = 4, kFinal = 5 };
 
 constexpr float kMinAmax = 1e-10f;
+
+__device__ __forceinline__ float fp8_max(bool e5m2) { return e5m2 ? 57344.f : 448.f; }
+__device__ __forceinline__ float scale_of(float amax, bool e5m2) {
+  return fmaxf(amax, kMinAmax) / fp8_max(e5m2);
+}
 
 // f32 -> fp8 with the scale applied, element j in the low byte.
 struct Fp8 {
@@ -111,14 +117,12 @@ struct quant_fn {
     const auto& row = r.row();
     const auto& a = row.a;
     const bool e5m2 = a.e5m2();
-    const float fp8_max = e5m2 ? 57344.f : 448.f;
     const int mode = a.mode();  // uniform over the launch: every thread meets the same barriers
     float s;
     if (mode == kStatic) {
       s = __ldg(a.scale());
     } else if (mode == kFromAmax) {
-      s = fmaxf(*a.scale(), kMinAmax) / fp8_max;
-      if (row.index() == 0 && threadIdx.x == 0) *a.scale_out() = s;
+      s = scale_of(*a.scale(), e5m2);
     } else {
       float acc[rowwise::kLanes] = {};
       r.for_each_y(f, [&](float y, int lane) { acc[lane] = fmaxf(acc[lane], fabsf(y)); });
@@ -130,7 +134,7 @@ struct quant_fn {
         if (leader) atomicMax(reinterpret_cast<unsigned*>(a.scale()), __float_as_uint(v[0]));
         return;
       }
-      s = fmaxf(v[0], kMinAmax) / fp8_max;
+      s = scale_of(v[0], e5m2);
       if (leader) a.scale_out()[row.index()] = s;
     }
     r.store_q(f, Fp8{__frcp_rn(s), e5m2});
@@ -187,8 +191,11 @@ struct Rows {
 
 template <class Op, class T>
 __device__ __forceinline__ void run(const ak_quant_params& p) {
-  if (p.mode == kZero) {  // the per-tensor amax workspace, before the kAmax launch
-    if (blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) *static_cast<float*>(p.scale) = 0.f;
+  if (p.mode == kZero || p.mode == kFinal) {  // the per-tensor amax, before and after
+    if (blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+      float* s = static_cast<float*>(p.scale);
+      *s = p.mode == kZero ? 0.f : scale_of(*s, p.flags & kE5m2);
+    }
     return;
   }
   rowwise::run<Op>(Rows<T, typename Op::Y>{p}, p.vecs_per_thread, p.eps);

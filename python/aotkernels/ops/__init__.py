@@ -6,6 +6,7 @@ from .activation import gelu, relu, sigmoid, silu
 from .gated import gelu_and_mul, silu_and_mul
 from .gemm import matmul, scaled_mm
 from .norm import fused_add_rms_norm, layer_norm, rms_norm
+from .quant import quantize_fp8
 from .softmax import softmax
 
 __all__ = [
@@ -14,6 +15,7 @@ __all__ = [
     "gelu_and_mul",
     "layer_norm",
     "matmul",
+    "quantize_fp8",
     "relu",
     "rms_norm",
     "scaled_mm",

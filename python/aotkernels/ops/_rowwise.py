@@ -50,7 +50,10 @@ from ._common import Call, check_disjoint, check_rows_disjoint, operand, rows_vi
 __all__ = [
     "RowwiseConfig",
     "check_eps",
+    "check_rows2_disjoint",
+    "joint_layout2",
     "row_layout",
+    "row_layout2",
     "rowwise_config",
     "same_dtype",
     "vector_operand",
@@ -147,6 +150,96 @@ def row_layout(op: str, arg: str, info: ArrayInfo) -> tuple[int, int]:
     if v_rows == rows and v_cols == cols:
         return rows, v_stride
     return rows, cols  # contiguous: rows_view made one long row; split it at the last dim
+
+
+def row_layout2(op: str, arg: str, info: ArrayInfo) -> tuple[int, int, int, int]:
+    """``info`` as rows of its last dimension with a two-level row index:
+    (rows, inner, row stride, outer stride).
+
+    Row r starts at ``(r // inner) * outer + (r % inner) * row_stride`` when ``inner > 1``: a
+    [tokens, heads, head_dim] slice of a fused QKV buffer (``qkv[:, :q_size].view(T, H, D)``)
+    has independent token and head strides. Leading dimensions that collapse into one row
+    stride give ``inner == 0`` (the one-level layout of ``row_layout``); more than two levels
+    are a ``ValueError``.
+    """
+    shape, strides = info.shape, info.strides
+    if not shape:
+        return 1, 0, 1, 0
+    cols = shape[-1]
+    rows = math.prod(shape[:-1])
+    if rows * cols == 0:
+        return rows, 0, cols, 0  # nothing to launch
+    if cols != 1 and strides[-1] != 1:
+        raise ValueError(
+            f"{op}: {arg} must have a contiguous last dimension (stride 1), got strides "
+            f"{tuple(strides)} for shape {tuple(shape)}; pass a contiguous copy"
+        )
+    runs: list[tuple[int, int]] = []  # (count, stride), innermost first
+    for n, st in zip(reversed(shape[:-1]), reversed(strides[:-1]), strict=True):
+        if n == 1:
+            continue
+        if runs and st == runs[-1][0] * runs[-1][1]:
+            runs[-1] = (runs[-1][0] * n, runs[-1][1])
+        else:
+            runs.append((n, st))
+    if not runs:
+        return rows, 0, cols, 0
+    if len(runs) == 1:
+        return rows, 0, runs[0][1], 0
+    if len(runs) == 2:
+        return rows, runs[0][0], runs[0][1], runs[1][1]
+    raise ValueError(
+        f"{op}: {arg}'s leading dimensions must collapse into at most two row strides (e.g. "
+        f"tokens and heads), got strides {tuple(strides)} for shape {tuple(shape)}; pass a "
+        "contiguous copy"
+    )
+
+
+def check_rows2_disjoint(
+    op: str, arg: str, rows: int, cols: int, inner: int, stride: int, outer: int
+) -> None:
+    """A written two-level array's rows must not overlap each other (sufficient test: the
+    level with the smaller stride steps over a row, the other over all of its rows)."""
+    if inner <= 1:
+        check_rows_disjoint(op, arg, rows, cols, stride)
+        return
+    (n0, s0), (n1, s1) = sorted(((inner, abs(stride)), (rows // inner, abs(outer))),
+                                key=lambda level: level[1])  # fmt: skip
+    if cols > 0 and ((n0 > 1 and s0 < cols) or (n1 > 1 and s1 < (n0 - 1) * s0 + cols)):
+        raise ValueError(
+            f"{op}: {arg} must not overlap itself, got row strides ({outer}, {stride}) for "
+            f"[{rows // inner}, {inner}] rows of {cols} elements"
+        )
+
+
+def joint_layout2(
+    op: str, xi: ArrayInfo, oi: ArrayInfo, allocated: bool
+) -> tuple[int, int, tuple[int, int], tuple[int, int]]:
+    """One two-level row split that fits x and out (same leading shape; out may have its own
+    last dimension): (rows, inner, (x row stride, x outer), (out row stride, out outer)).
+
+    An allocated out is contiguous. A one-level array takes the other's split (its outer stride
+    is then inner * row stride); two different two-level splits are a ``ValueError``. A
+    caller's out= must not overlap itself, nor x unless it is x exactly (in place).
+    """
+    rows, inner, x_rs, x_outer = row_layout2(op, "x", xi)
+    o_cols = oi.shape[-1] if oi.shape else 1
+    if allocated:
+        return rows, inner, (x_rs, x_outer), (o_cols, inner * o_cols)
+    _, o_inner, o_rs, o_outer = row_layout2(op, "out", oi)
+    if inner > 1 and o_inner > 1 and o_inner != inner:
+        raise ValueError(
+            f"{op}: out's rows must split like x's ({rows // inner} x {inner}), got strides "
+            f"{tuple(oi.strides)} for shape {tuple(oi.shape)}; pass a contiguous out"
+        )
+    if o_inner > 1 and inner <= 1:
+        inner, x_outer = o_inner, o_inner * x_rs
+    elif inner > 1 and o_inner <= 1:
+        o_outer = inner * o_rs
+    check_rows2_disjoint(op, "out", rows, o_cols, inner, o_rs, o_outer)
+    if (oi.ptr, tuple(oi.strides), oi.dtype) != (xi.ptr, tuple(xi.strides), xi.dtype):
+        check_disjoint(op, "out", oi, "x", xi)
+    return rows, inner, (x_rs, x_outer), (o_rs, o_outer)
 
 
 def same_dtype(op: str, arg: str, info: ArrayInfo, x: ArrayInfo) -> None:
