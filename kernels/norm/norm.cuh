@@ -8,9 +8,10 @@
 // Each op is one functor written against the row interface of ak/reduce.cuh, so the register
 // path (rows up to 128 KB) and the multi-pass path (longer rows) share it; AK_ENTRY instantiates
 // it per dtype. Rows may have two levels (`inner` > 1: [tokens, heads, head_dim] views of q/k
-// with independent token and head strides, see Row in ak/reduce.cuh). weight/bias are used when their `flags` bit is set (the host passes null
-// otherwise); layer_norm's variance is the mean of (x - mean)^2 over the register-resident (or
-// re-read) row, not the cancellation-prone E[x^2] - mean^2.
+// with independent token and head strides, see Row in ak/reduce.cuh). weight/bias are used when
+// their `flags` bit is set (the host passes null otherwise); layer_norm's variance is the mean of
+// (x - mean)^2 over the register-resident (or re-read) row, not the cancellation-prone E[x^2] -
+// mean^2.
 #pragma once
 
 #include "ak/reduce.cuh"

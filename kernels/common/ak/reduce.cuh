@@ -476,8 +476,8 @@ struct Slots {
 
   // sink(f(x, weight, bias), lane) for every valid element, y in f32 (never rounded to T).
   template <int H, class F, class G>
-  __device__ __forceinline__ void visit_y(const P (&buf)[K], const T* w, const T* b, int count,
-                                          F f, G&& sink) const {
+  __device__ __forceinline__ void visit_y(const P (&buf)[K], const T* w, const T* b, int count, F f,
+                                          G&& sink) const {
 #pragma unroll
     for (int h = 0; h < K; h += H) {
       P wp[H], bp[H];
@@ -620,8 +620,8 @@ class RegRow {
 #pragma unroll
       for (int u = 0; u < C; ++u) v_[c][u].launder();
       const int o = c0(s, c);
-      s.template visit_y<N == 8 ? 1 : C>(v_[c], w ? w + o : nullptr, b ? b + o : nullptr, cnt(c),
-                                         f, sink);
+      s.template visit_y<N == 8 ? 1 : C>(v_[c], w ? w + o : nullptr, b ? b + o : nullptr, cnt(c), f,
+                                         sink);
     }
   }
 

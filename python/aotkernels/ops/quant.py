@@ -53,6 +53,7 @@ from ._rowwise import (
     check_eps,
     joint_layout2,
     row_layout,
+    row_layout2,
     rowwise_config,
     same_dtype,
     vector_operand,
@@ -193,12 +194,13 @@ def _run(
 
 
 def _scales(
-    op: str, call: Call, scale: Any, lead: tuple[int, ...], groups: int | None
-) -> tuple[Any, ArrayInfo | None, int, int, int]:
-    """(returned scale, its info, mode, scale ptr, scale_out ptr) for a static ``scale``, or a
-    new f32 array of ``(*lead, groups)`` dynamic scales (``groups`` None: per tensor, (1,))."""
-    if scale is not None:
-        si = _static_scale(op, scale, call)
+    op: str, call: Call, scale: Any, si: ArrayInfo | None, lead: tuple[int, ...], groups: int | None
+) -> tuple[Any, ArrayInfo, int, int, int]:
+    """(returned scale, its info, mode, scale ptr, scale_out ptr) for a static ``scale`` (``si``
+    its checked info), or a new f32 array of ``(*lead, groups)`` dynamic scales (``groups``
+    None: per tensor, (1,)). Every argument is validated by now: the device must take fp8."""
+    _check_fp8_device(op, call)
+    if si is not None:
         return scale, si, _STATIC, si.ptr, 0
     shape = (1,) if groups is None else (*lead, groups)
     res = call.x.fw.empty(call.x, shape, "f32")
@@ -222,12 +224,21 @@ def _finish_all(call: Call, allocated: bool, q: Any, scale: Any, dynamic: bool) 
     return q, (finish(call, scale, True) if dynamic else scale)
 
 
-def _start(op: str, x: Any, stream: Any, fp8: str) -> Call:
+def _output(
+    op: str, call: Call, out: Any, shape: tuple[int, ...], fp8: str
+) -> tuple[Any, ArrayInfo]:
+    """``output`` for an fp8 result, the device's fp8 support checked before the allocation
+    (a given out= is checked in full first; ``_scales`` checks the device again)."""
+    if out is None:
+        _check_fp8_device(op, call)
+    return output(op, call, out, shape, fp8)
+
+
+def _start(op: str, x: Any, stream: Any) -> Call:
     call = prepare(op, x, stream)
     check_dtype(op, "x", call.x, IN_DTYPES)
     if not call.x.shape:
         raise ValueError(f"{op}: x must have at least 1 dimension, got a 0-d array")
-    _check_fp8_device(op, call)
     return call
 
 
@@ -248,7 +259,7 @@ def norm_fp8(
     ``(q, scale)``, for fused_add_rms_norm ``(q, residual, scale)`` (x is not written)."""
     if not isinstance(gemma, bool):
         raise TypeError(f"{op}: gemma must be a bool, got {type(gemma).__name__}")
-    call = _start(op, x, stream, fp8)
+    call = _start(op, x, stream)
     xi = call.x
     hidden = xi.shape[-1]
     rows, x_rs = row_layout(op, "x", xi)
@@ -274,7 +285,10 @@ def norm_fp8(
         op, "weight", weight, call, hidden)  # fmt: skip
     bi = None if bias is None else vector_operand(op, "bias", bias, call, hidden)
     eps_f = check_eps(op, eps)
-    res, oi = output(op, call, out, xi.shape, fp8)
+    si = None if scale is None else _static_scale(op, scale, call)
+    if si is not None and ri is not None:
+        check_disjoint(op, "residual", ri, "scale", si)
+    res, oi = _output(op, call, out, tuple(xi.shape), fp8)
     o_rs = hidden
     if out is not None:
         _, o_rs = row_layout(op, "out", oi)
@@ -286,9 +300,7 @@ def norm_fp8(
         for name, info in (("weight", wi), ("bias", bi)):
             if info is not None:
                 check_disjoint(op, "residual", ri, name, info)
-    sc, si, mode, s_ptr, s_out = _scales(op, call, scale, tuple(xi.shape[:-1]), 1)
-    if si is not None and ri is not None:
-        check_disjoint(op, "residual", ri, "scale", si)
+    sc, _, mode, s_ptr, s_out = _scales(op, call, scale, si, tuple(xi.shape[:-1]), 1)
     g = Geometry(rows, hidden, 0, hidden, (x_rs, 0), (o_rs, 0), r_rs)
     flags = _flags(fp8, wi is not None, bi is not None, gemma)
     _run(op, call, oi, ri, wi.ptr if wi else 0, bi, g, eps_f, flags, mode, s_ptr, s_out)
@@ -301,7 +313,7 @@ def norm_fp8(
 def silu_and_mul_fp8(x: Any, fp8: str, scale: Any, out: Any, stream: Any) -> Any:
     """``silu(x[..., :d]) * x[..., d:]`` quantized to fp8: ``(q, scale)``."""
     op = "silu_and_mul"
-    call = _start(op, x, stream, fp8)
+    call = _start(op, x, stream)
     xi = call.x
     if xi.shape[-1] % 2:
         raise ValueError(
@@ -311,14 +323,15 @@ def silu_and_mul_fp8(x: Any, fp8: str, scale: Any, out: Any, stream: Any) -> Any
     rows = math.prod(xi.shape[:-1])
     x_rows, _, x_rs = rows_view(op, "x", xi)
     x_rs = x_rs if x_rows == rows else 2 * d  # contiguous: split at the last dim
-    res, oi = output(op, call, out, (*xi.shape[:-1], d), fp8)
+    si = None if scale is None else _static_scale(op, scale, call)
+    res, oi = _output(op, call, out, (*xi.shape[:-1], d), fp8)
     o_rs = d
     if out is not None:
         o_rows, _, o_rs = rows_view(op, "out", oi)
         o_rs = o_rs if o_rows == rows else d
         check_rows_disjoint(op, "out", rows, d, o_rs)
         check_disjoint(op, "out", oi, "x", xi)
-    sc, _, mode, s_ptr, s_out = _scales(op, call, scale, tuple(xi.shape[:-1]), 1)
+    sc, _, mode, s_ptr, s_out = _scales(op, call, scale, si, tuple(xi.shape[:-1]), 1)
     g = Geometry(rows, d, 0, d, (x_rs, 0), (o_rs, 0))
     up = xi.ptr + d * ITEMSIZE[xi.dtype]  # the up half rides in the weight slot, per row
     _run(op, call, oi, None, up, None, g, 0.0, _flags(fp8, True, False, False), mode, s_ptr, s_out)
@@ -381,19 +394,26 @@ def quantize_fp8(
             f"scale={'set' if scale is not None else None}, per_token={per_token}, "
             f"group_size={group_size}"
         )
-    call = _start(op, x, stream, fp8)
+    call = _start(op, x, stream)
     xi = call.x
     k = xi.shape[-1]
     lead = tuple(xi.shape[:-1])
-    res, oi = output(op, call, out, xi.shape, fp8)
+    _, x_inner, _, _ = row_layout2(op, "x", xi)
+    if group_size is not None and x_inner > 1:
+        raise ValueError(
+            f"{op}: with group_size, x's leading dimensions must collapse into one row "
+            f"stride, got strides {tuple(xi.strides)} for shape {tuple(xi.shape)}"
+        )
+    si = None if scale is None else _static_scale(op, scale, call)
+    res, oi = _output(op, call, out, tuple(xi.shape), fp8)
     rows, inner, x_l, o_l = joint_layout2(op, xi, oi, out is None)
     groups = None if not (per_token or group_size) else 1
     g = Geometry(rows, k, inner, k, x_l, o_l)
     if group_size is not None:
         if inner > 1:
             raise ValueError(
-                f"{op}: with group_size, x's leading dimensions must collapse into one row "
-                f"stride, got strides {tuple(xi.strides)} for shape {tuple(xi.shape)}"
+                f"{op}: with group_size, out's leading dimensions must collapse into one row "
+                f"stride, got strides {tuple(oi.strides)} for shape {tuple(oi.shape)}"
             )
         groups = -(-k // group_size)
         if groups == 0:
@@ -401,9 +421,9 @@ def quantize_fp8(
         elif groups > 1:  # each group is a row: (m, j) at m * row stride + j * group_size
             g = Geometry(rows * groups, group_size, groups, k - (groups - 1) * group_size,
                          (group_size, x_l[0]), (group_size, o_l[0]))  # fmt: skip
-    sc, si, mode, s_ptr, s_out = _scales(op, call, scale, lead, groups)
     if out is not None and si is not None:
         check_disjoint(op, "out", oi, "scale", si)
+    sc, _, mode, s_ptr, s_out = _scales(op, call, scale, si, lead, groups)
     _run("quantize", call, oi, None, 0, None, g, 0.0, _flags(fp8, False, False, False), mode,
          s_ptr, s_out)  # fmt: skip
     return _finish_all(call, out is None, res, sc, mode != _STATIC)
