@@ -217,11 +217,13 @@ def torch_fp8(t: Any, fp8: str) -> Any:
     return t.clamp(-m, m).float().to(getattr(torch, fp8))
 
 
-def check_fp8(q: Any, scale: Any, y: Any, fp8: str, delta: float) -> None:
+def check_fp8(q: Any, scale: Any, y: Any, fp8: str, delta: float, abs_delta: float = 0.0) -> None:
     """q (fp8) against the f64 reference y quantized with the kernel's scale (broadcast).
 
-    ``delta``: relative error of the kernel's f32 y against y; elements whose bracket
-    y * (1 +- delta) straddles a rounding boundary are left to the dequantized check only.
+    ``delta`` / ``abs_delta``: relative / absolute error of the kernel's f32 y against y (the
+    absolute part covers cancellation, as layer_norm's bias against a normalized value near
+    its negative). Elements whose bracket y +- (|y| delta + abs_delta) straddles a rounding
+    boundary are left to the dequantized check only; they must be rare.
     """
     import torch
 
@@ -231,21 +233,24 @@ def check_fp8(q: Any, scale: Any, y: Any, fp8: str, delta: float) -> None:
     m = FP8[fp8]
     bits = q.view(torch.uint8)
     want = torch_fp8(t, fp8).view(torch.uint8)
-    lo = torch_fp8(t - t.abs() * delta, fp8).view(torch.uint8)
-    hi = torch_fp8(t + t.abs() * delta, fp8).view(torch.uint8)
+    window = t.abs() * delta + abs_delta / scale.double()
+    lo = torch_fp8(t - window, fp8).view(torch.uint8)
+    hi = torch_fp8(t + window, fp8).view(torch.uint8)
     stable = (lo == hi) & ~t.isnan()
-    assert stable.sum() >= 0.98 * t.numel(), "too many elements near a tie to test the bits"
     bad = (bits != want) & stable
     assert not bad.any(), (
         f"{int(bad.sum())} of {t.numel()} fp8 codes differ from torch's, e.g. at "
         f"{bad.nonzero()[0].tolist()}: t={t[bad][0].item()} got {bits[bad][0].item():#x} want "
         f"{want[bad][0].item():#x}"
     )
+    # ~1e-3 of the elements fall near a tie by chance: a few of a small array may
+    assert stable.sum() >= 0.98 * t.numel() - 2, "too many elements near a tie to test the bits"
     # dequantized: within half an fp8 ulp of the clamped reference (plus the kernel's error)
     deq = q.double() * scale.double()
     ref = t.clamp(-m, m) * scale.double()
     err = (deq - ref).abs()
     bound = ref.abs() * (HALF_ULP[fp8] + 2 * delta) + scale.double() * SUBNORMAL[fp8] / 2
+    bound += 2 * abs_delta
     ok = (err <= bound * (1 + 1e-9)) | t.isnan()
     assert ok.all(), f"dequantized error {err[~ok].max().item()} beyond half an fp8 ulp"
     assert (q.double().isnan() == t.isnan()).all()
@@ -254,6 +259,13 @@ def check_fp8(q: Any, scale: Any, y: Any, fp8: str, delta: float) -> None:
 def dynamic_scales(y: Any, fp8: str, dims: Any = -1) -> Any:
     amax = y.abs().amax(dim=dims, keepdim=True) if dims is not None else y.abs().amax()
     return amax.clamp_min(MIN_AMAX) / FP8[fp8]
+
+
+def _norm_abs(y: Any) -> float:
+    """Absolute error allowance of a norm's f32 y: its terms are O(max |y|), and layer_norm's
+    bias may cancel a normalized value, leaving a small y with the terms' few-ulp error (seen
+    on the H200: ~1e-8 at max |y| ~ 10; allowed: 1e-6 * max |y|)."""
+    return 1e-6 * float(y.abs().max())
 
 
 SHAPES = [(1, 1), (3, 7), (19, 100), (33, 4096), (7, 5000), (4, 65536), (2, 100_003)]
@@ -293,7 +305,7 @@ def test_norms_fp8_dynamic_per_row(op: str, dtype: str, fp8: str, shape: tuple[i
     import torch
 
     torch.testing.assert_close(s.double(), dynamic_scales(y, fp8), rtol=2 * DELTA["norm"], atol=0)
-    check_fp8(q, s, y, fp8, DELTA["norm"])
+    check_fp8(q, s, y, fp8, DELTA["norm"], _norm_abs(y))
 
 
 @pytest.mark.gpu
@@ -311,7 +323,7 @@ def test_norms_fp8_static_saturates(op: str, dtype: str, fp8: str, shape: tuple[
     scale = (y_probe.abs().max() * 0.6 / FP8[fp8]).float().reshape(1)
     q, s, y = _run_norm(op, x, fp8, scale)
     assert s is scale
-    check_fp8(q, s, y, fp8, DELTA["norm"])
+    check_fp8(q, s, y, fp8, DELTA["norm"], _norm_abs(y))
 
 
 @pytest.mark.gpu
@@ -319,7 +331,7 @@ def test_norms_fp8_static_saturates(op: str, dtype: str, fp8: str, shape: tuple[
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_gemma_fp8(op: str, dtype: str) -> None:
     q, s, y = _run_norm(op, _randn((17, 2304), dtype), "float8_e4m3fn", None, gemma=True)
-    check_fp8(q, s, y, "float8_e4m3fn", DELTA["norm"])
+    check_fp8(q, s, y, "float8_e4m3fn", DELTA["norm"], _norm_abs(y))
 
 
 @pytest.mark.gpu
@@ -439,7 +451,7 @@ def test_strided_rows_and_out_poisoned(dtype: str, h: int) -> None:
     out = out_base.view(torch.float8_e4m3fn)[:, 2 : h + 2]
     q, s = ak.rms_norm(x, w, out_dtype=fp8, out=out)
     assert q is out
-    check_fp8(out, s, y, fp8, DELTA["norm"])
+    check_fp8(out, s, y, fp8, DELTA["norm"], _norm_abs(y))
     assert (out_base[:, :2] == 0x7F).all() and (out_base[:, h + 2 :] == 0x7F).all()
     for view in (base[::2, :h], x.view(19, 1, h)):
         q, s = ak.quantize_fp8(view, per_token=True)
