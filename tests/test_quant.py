@@ -61,22 +61,22 @@ FP8_CALLS = {
 def test_scale_of_wrong_dtype_shape_or_device(op: str) -> None:
     call = FP8_CALLS[op]
     kw = {"out_dtype": "float8_e4m3fn"}
-    with pytest.raises(TypeError, match=rf"{op}: scale.dtype must be float32, got float16"):
+    with pytest.raises(TypeError, match=rf"{op}\w*: scale.dtype must be float32, got float16"):
         call(_x(), scale=_s(dtype="float16"), **kw)
-    with pytest.raises(TypeError, match=rf"{op}: scale.dtype must be float32, got bfloat16"):
+    with pytest.raises(TypeError, match=rf"{op}\w*: scale.dtype must be float32, got bfloat16"):
         call(_x(), scale=_s(dtype="bfloat16"), **kw)
     for shape in ((2,), (4, 1), (0,)):
         with pytest.raises(
             ValueError,
-            match=rf"{op}: scale must hold one element .*got shape {re.escape(str(shape))}",
+            match=rf"{op}\w*: scale must hold one element .*got shape {re.escape(str(shape))}",
         ):
             call(_x(), scale=_s(shape), **kw)
-    with pytest.raises(ValueError, match=rf"{op}: scale must be on the same device as x"):
+    with pytest.raises(ValueError, match=rf"{op}\w*: scale must be on the same device as x"):
         call(_x(), scale=_s(device=1), **kw)
     np = pytest.importorskip("numpy")
-    with pytest.raises(ValueError, match=rf"{op}: scale must be on a CUDA device"):
+    with pytest.raises(ValueError, match=rf"{op}\w*: scale must be on a CUDA device"):
         call(_x(), scale=np.ones(1, np.float32), **kw)
-    with pytest.raises(TypeError, match=rf"{op}: scale must be a CUDA array"):
+    with pytest.raises(TypeError, match=rf"{op}\w*: scale must be a CUDA array"):
         call(_x(), scale=0.5, **kw)
 
 
@@ -95,15 +95,15 @@ def test_out_dtype_checked(op: str) -> None:
     call = FP8_CALLS[op]
     with pytest.raises(
         TypeError,
-        match=rf"{op}: out_dtype must be bfloat16 \(the dtype of x\), float8_e4m3fn or "
+        match=rf"{op}\w*: out_dtype must be bfloat16 \(the dtype of x\), float8_e4m3fn or "
         r"float8_e5m2, got float16",
     ):
         call(_x(), out_dtype="float16")
-    with pytest.raises(TypeError, match=rf"{op}: out_dtype must be a dtype such as"):
+    with pytest.raises(TypeError, match=rf"{op}\w*: out_dtype must be a dtype such as"):
         call(_x(), out_dtype="float7")
-    with pytest.raises(TypeError, match=rf"{op}: scale is only taken with an fp8 out_dtype"):
+    with pytest.raises(TypeError, match=rf"{op}\w*: scale is only taken with an fp8 out_dtype"):
         call(_x(), scale=_s())
-    with pytest.raises(TypeError, match=rf"{op}: x.dtype must be one of float32, float16"):
+    with pytest.raises(TypeError, match=rf"{op}\w*: x.dtype must be one of float32, float16"):
         call(_x(dtype="float64"), out_dtype="float8_e4m3fn", scale=_s())
 
 
@@ -113,15 +113,17 @@ def test_fp8_out_checked(op: str) -> None:
     x = _x()
     oshape = (4, 4) if op == "silu_and_mul" else (4, 8)
     kw = {"out_dtype": "float8_e4m3fn", "scale": _s()}
-    with pytest.raises(TypeError, match=rf"{op}: out.dtype must be float8_e4m3fn, got float8_e5m2"):
+    with pytest.raises(
+        TypeError, match=rf"{op}\w*: out.dtype must be float8_e4m3fn, got float8_e5m2"
+    ):
         call(x, out=_x(oshape, "float8_e5m2", ptr=0x900000), **kw)
-    with pytest.raises(TypeError, match=rf"{op}: out.dtype must be float8_e4m3fn, got bfloat16"):
+    with pytest.raises(TypeError, match=rf"{op}\w*: out.dtype must be float8_e4m3fn, got bfloat16"):
         call(x, out=_x(oshape, ptr=0x900000), **kw)
-    with pytest.raises(ValueError, match=rf"{op}: out.shape must be "):
+    with pytest.raises(ValueError, match=rf"{op}\w*: out.shape must be "):
         call(x, out=_x((4, 9), "float8_e4m3fn", ptr=0x900000), **kw)
-    with pytest.raises(ValueError, match=rf"{op}: out must not overlap x"):
+    with pytest.raises(ValueError, match=rf"{op}\w*: out must not overlap x"):
         call(x, out=_x(oshape, "float8_e4m3fn", ptr=x.ptr + 2), **kw)
-    with pytest.raises(ValueError, match=rf"{op}: out must not overlap itself"):
+    with pytest.raises(ValueError, match=rf"{op}\w*: out must not overlap itself"):
         call(x, out=_x(oshape, "float8_e4m3fn", strides=(0, 1), ptr=0x900000), **kw)
     if gpu_missing() is not None:  # positive control: a valid out passes validation
         with pytest.raises(ak.AotKernelsError):
@@ -132,28 +134,28 @@ def test_quantize_arguments_checked() -> None:
     op = "quantize_fp8"
     x = _x()
     with pytest.raises(
-        TypeError, match=rf"{op}: out_dtype must be float8_e4m3fn or float8_e5m2, got bfloat16"
+        TypeError, match=rf"{op}\w*: out_dtype must be float8_e4m3fn or float8_e5m2, got bfloat16"
     ):
         ak.quantize_fp8(x, out_dtype="bfloat16")
-    with pytest.raises(TypeError, match=rf"{op}: per_token must be a bool, got str"):
+    with pytest.raises(TypeError, match=rf"{op}\w*: per_token must be a bool, got str"):
         ak.quantize_fp8(x, per_token="yes")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=rf"{op}: group_size must be an int or None, got float"):
+    with pytest.raises(TypeError, match=rf"{op}\w*: group_size must be an int, got float"):
         ak.quantize_fp8(x, group_size=1.5)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=rf"{op}: group_size must be an int or None, got bool"):
+    with pytest.raises(TypeError, match=rf"{op}\w*: group_size must be an int, got bool"):
         ak.quantize_fp8(x, group_size=True)
-    with pytest.raises(ValueError, match=rf"{op}: group_size must be >= 1, got 0"):
+    with pytest.raises(ValueError, match=rf"{op}\w*: group_size must be >= 1, got 0"):
         ak.quantize_fp8(x, group_size=0)
-    with pytest.raises(ValueError, match=rf"{op}: give at most one of scale"):
+    with pytest.raises(ValueError, match=rf"{op}\w*: give at most one of scale"):
         ak.quantize_fp8(x, _s(), per_token=True)
-    with pytest.raises(ValueError, match=rf"{op}: give at most one of scale"):
+    with pytest.raises(ValueError, match=rf"{op}\w*: give at most one of per_token=True and"):
         ak.quantize_fp8(x, per_token=True, group_size=128)
-    with pytest.raises(ValueError, match=rf"{op}: x must have at least 1 dimension"):
+    with pytest.raises(ValueError, match=rf"{op}\w*: x must have at least 1 dimension"):
         ak.quantize_fp8(_x(()))
     # a [T, H, D] head slice has two row strides: fine per token, not for groups
     qkv = _x((5, 3, 8), strides=(48, 8, 1))
-    with pytest.raises(ValueError, match=rf"{op}: with group_size, x's leading dimensions"):
+    with pytest.raises(ValueError, match=rf"{op}\w*: with group_size, x's leading dimensions"):
         ak.quantize_fp8(qkv, group_size=4)
-    with pytest.raises(ValueError, match=rf"{op}: x's leading dimensions must collapse into at"):
+    with pytest.raises(ValueError, match=rf"{op}\w*: x's leading dimensions must collapse into at"):
         ak.quantize_fp8(_x((2, 3, 4, 8), strides=(1000, 100, 10, 1)), per_token=True)
 
 
@@ -162,14 +164,15 @@ def test_fused_add_fp8_checks() -> None:
     x, w = _x(), _w()
     kw = {"out_dtype": "float8_e4m3fn", "scale": _s()}
     jax_like = type("Array", (FakeCudaArray,), {"__module__": "jax._fake"})
-    with pytest.raises(TypeError, match=rf"{op}: residual must be a mutable array"):
+    with pytest.raises(TypeError, match=rf"{op}\w*: residual must be a mutable array"):
         ak.fused_add_rms_norm(x, jax_like((4, 8), "bfloat16", ptr=0x4000000), w, **kw)
-    with pytest.raises(ValueError, match=rf"{op}: residual must not overlap x"):
-        ak.fused_add_rms_norm(x, _x(ptr=x.ptr), w, **kw)
-    with pytest.raises(ValueError, match=rf"{op}: residual must not overlap scale"):
+    q = _x((4, 8), "float8_e4m3fn", ptr=0x900000)  # out=: nothing to allocate before the checks
+    with pytest.raises(ValueError, match=rf"{op}\w*: residual must not overlap x"):
+        ak.fused_add_rms_norm(x, _x(ptr=x.ptr), w, out=q, **kw)
+    with pytest.raises(ValueError, match=rf"{op}\w*: residual must not overlap scale"):
         ak.fused_add_rms_norm(x, _x(ptr=0x4000000), w, out_dtype="float8_e4m3fn",
-                              scale=_s(ptr=0x4000000 + 8))  # fmt: skip
-    with pytest.raises(ValueError, match=rf"{op}: out must be None \(x is the output\)"):
+                              scale=_s(ptr=0x4000000 + 8), out=q)  # fmt: skip
+    with pytest.raises(ValueError, match=rf"{op}\w*: out must be None \(x is the output\)"):
         ak.fused_add_rms_norm(x, _x(ptr=0x4000000), w, out=_x(ptr=0x900000))
 
 

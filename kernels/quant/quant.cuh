@@ -95,8 +95,8 @@ struct layer_norm_y {
   }
 };
 
-// x is the gate half of the row; the up half is read through the weight slot at x's row offset
-// (the host passes weight = x + d).
+// x is the gate half of the row; the up half (x + d, d = `hidden`) is read through the weight
+// slot at x's row offset.
 template <class T>
 struct silu_and_mul_y {
   static constexpr bool kAddResidual = false, kRowWeight = true, kTwoLevel = false;
@@ -165,6 +165,7 @@ struct Rows {
     return kAdd ? static_cast<T*>(p.residual) : nullptr;
   }
   __device__ __forceinline__ const T* weight() const {
+    if constexpr (kRowWeight) return x() + p.hidden;
     return (p.flags & kHasWeight) ? static_cast<const T*>(p.weight) : nullptr;
   }
   __device__ __forceinline__ const T* bias() const {

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._frontends import install as _install_frontends
 from .errors import AotKernelsError, DriverTooOldError, NoKernelImageError
 from .loader import preload
 from .ops import (
@@ -50,6 +51,9 @@ __all__ = [
     "silu_and_mul",
     "softmax",
 ]
+
+
+_install_frontends()
 
 
 def matrix() -> dict[str, Any]:

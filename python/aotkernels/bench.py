@@ -13,6 +13,10 @@ Subcommands:
                1x128 groups) vs the two-op torch sequence (torch's op, then scale, clamp and
                .to(float8)) and torch.compile of it, on 16384 x {4096, 8192} and {1, 256} x 4096
                (--quick: 16384 x 4096); TB/s and the fraction of copy bandwidth (a copy of x)
+  jax          host cost of one call under jax.jit: ak.silu / ak.rms_norm (one XLA FFI custom
+               call each) beside the jnp formula under jit; eager JAX calls through the FFI path
+               beside jnp eager and the DLPack path (launch, then a host synchronisation) that
+               builds without the XLA extension take
   gemm         ak.matmul (bf16, f16; b K-major as nn.Linear's W.t() and b row-major) vs
                torch.matmul (cuBLAS), ak.scaled_mm fp8 e4m3 (per-tensor, per-row/col and
                DeepSeek block scales) vs torch._scaled_mm, int8 vs torch._int_mm; square
@@ -113,6 +117,12 @@ def bench_launch(args: argparse.Namespace) -> list[dict[str, Any]]:
     add("aotkernels relu(x)", lambda: ak.relu(x))
     add("aotkernels relu(x, out=y)", lambda: ak.relu(x, out=y))
     add("torch.relu(x)", lambda: torch.relu(x))
+    add("torch.ops.aotkernels.relu(x)", lambda: torch.ops.aotkernels.relu(x))
+    h = torch.randn(4, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    add("aotkernels rms_norm(h, w)", lambda: ak.rms_norm(h, w))
+    add("torch.ops.aotkernels.rms_norm(h, w)", lambda: torch.ops.aotkernels.rms_norm(h, w))
+    add("F.rms_norm(h, (4096,), w)", lambda: torch.nn.functional.rms_norm(h, (4096,), w))
     add("torch.add(x, 1, out=y)", lambda: torch.add(x, 1, out=y))
     try:
         import cupy as cp
@@ -137,9 +147,83 @@ def bench_launch(args: argparse.Namespace) -> list[dict[str, Any]]:
         add("cuda.core launch", lambda: launch(stream, cfg, kern, x.data_ptr(), y.data_ptr(), nn))
     except Exception as e:
         add("cuda.core launch", None, f"unavailable: {e}")
-    base = rows[2]["us_per_call"]
+    # Each row against torch's own op of the same kind (relu, or rms_norm for the norm rows).
+    base = {r["path"]: r["us_per_call"] for r in rows}
     for r in rows:
-        r["ratio_to_torch_relu"] = (r["us_per_call"] / base) if r["us_per_call"] else None
+        anchor = base["F.rms_norm(h, (4096,), w)" if "rms_norm" in r["path"] else "torch.relu(x)"]
+        r["ratio_to_torch_op"] = (r["us_per_call"] / anchor) if r["us_per_call"] else None
+    return rows
+
+
+def _host_us_jax(fn: Callable[[], Any], calls: int, rounds: int = 5) -> float:
+    """``host_us`` for JAX: dispatch is asynchronous, so each round ends by waiting for its
+    last result (the tiny kernels never fill the queue)."""
+    import jax
+
+    wait: Any = jax.block_until_ready  # untyped in jax
+    for _ in range(1000):
+        r = fn()
+    wait(r)
+    samples = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(calls):
+            r = fn()
+        samples.append((time.perf_counter() - t) / calls * 1e6)
+        wait(r)
+    return statistics.median(samples)
+
+
+def bench_jax(args: argparse.Namespace) -> list[dict[str, Any]]:
+    # JAX would take 75% of the GPU's memory on first use, starving the suites after this one.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        gpu = jax.devices("cuda")[0]
+    except (ImportError, RuntimeError) as e:
+        return [{"path": "jax", "us_per_call": None, "note": f"unavailable: {e}"}]
+    import aotkernels as ak
+
+    from . import _jax
+
+    n, hidden = 1024, 4096
+    key = jax.random.key(0)
+    x = jax.device_put(jax.random.normal(key, (n,), jnp.bfloat16), gpu)
+    h = jax.device_put(jax.random.normal(key, (1, hidden), jnp.bfloat16), gpu)
+    w = jax.device_put(jnp.ones((hidden,), jnp.bfloat16), gpu)
+
+    def rms_jnp(h: Any, w: Any) -> Any:
+        hf = h.astype(jnp.float32)
+        r = jax.lax.rsqrt(jnp.mean(hf * hf, axis=-1, keepdims=True) + 1e-6)
+        return (hf * r * w.astype(jnp.float32)).astype(h.dtype)
+
+    rows: list[dict[str, Any]] = []
+
+    def add(name: str, fn: Callable[[], Any], anchor: str | None, note: str = "") -> None:
+        rows.append({"path": name, "us_per_call": _host_us_jax(fn, args.calls), "anchor": anchor,
+                     "note": note})  # fmt: skip
+
+    silu_ours, silu_jnp = jax.jit(ak.silu), jax.jit(jax.nn.silu)
+    rms_ours, rms_ref = jax.jit(ak.rms_norm), jax.jit(rms_jnp)
+    add("jit(jax.nn.silu)(x)", lambda: silu_jnp(x), None, "1024 bf16")
+    add("jit(ak.silu)(x)", lambda: silu_ours(x), "jit(jax.nn.silu)(x)", "one custom call")
+    add("jit(rms_norm jnp formula)(h, w)", lambda: rms_ref(h, w), None, "1 x 4096 bf16")
+    add("jit(ak.rms_norm)(h, w)", lambda: rms_ours(h, w), "jit(rms_norm jnp formula)(h, w)")
+    add("jax.nn.silu(x) eager", lambda: jax.nn.silu(x), None)
+    add("ak.silu(x) eager", lambda: ak.silu(x), "jax.nn.silu(x) eager", "FFI custom call")
+    available = _jax.available
+    _jax.available = lambda: False
+    try:
+        add("ak.silu(x) eager, DLPack path", lambda: ak.silu(x), "jax.nn.silu(x) eager",
+            "launch, then synchronise the stream")  # fmt: skip
+    finally:
+        _jax.available = available
+    by_path = {r["path"]: r["us_per_call"] for r in rows}
+    for r in rows:
+        base = by_path.get(r.pop("anchor") or "")
+        r["ratio_to_anchor"] = r["us_per_call"] / base if base else None
     return rows
 
 
@@ -801,14 +885,15 @@ def _print(rows: list[dict[str, Any]], title: str) -> None:
     Console(width=200).print(t)
 
 
-SUITES = ("launch", "elementwise", "norm", "quant", "gemm", "all")
+SUITES = ("launch", "elementwise", "norm", "quant", "gemm", "compiled", "backward", "jax", "all")
 SUITE_DTYPES = {"elementwise": tuple(FLOAT_DTYPES), "norm": tuple(FLOAT_DTYPES),
-                "quant": tuple(FLOAT_DTYPES), "gemm": GEMM_DTYPES}  # fmt: skip
+                "quant": tuple(FLOAT_DTYPES), "gemm": GEMM_DTYPES, "compiled": ("bf16",),
+                "backward": ("bf16",)}  # fmt: skip
 
 
 def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject --dtypes no chosen suite runs and --shapes gemm does not know (before torch)."""
-    if args.dtypes is not None and args.what != "launch":
+    if args.dtypes is not None and args.what not in ("launch", "jax"):
         runs = SUITE_DTYPES if args.what == "all" else {args.what: SUITE_DTYPES[args.what]}
         known = {d for ds in runs.values() for d in ds}
         unknown = sorted(set(args.dtypes.split(",")) - known)
@@ -869,6 +954,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.what in ("launch", "all"):
         results["launch"] = bench_launch(args)
         _print(results["launch"], "host cost per call (µs)")
+    if args.what in ("jax", "all"):
+        results["jax"] = bench_jax(args)
+        _print(results["jax"], "host cost per call under JAX (µs)")
     if args.what in ("elementwise", "all"):
         results["elementwise"] = bench_elementwise(args)
         _print(results["elementwise"], "elementwise bandwidth (TB/s) and ratios")
@@ -889,6 +977,13 @@ def main(argv: list[str] | None = None) -> int:
         _print(results["gemm"], "GEMM TFLOP/s (int8: TOP/s), ours / anchor ratio and goal")
         if args.chart:
             _try_chart(results["gemm"], _gemm_chart_path(args), f"GEMM on {results['device']}")
+    if args.what in ("compiled", "backward"):  # not in "all": minutes of compiling
+        from . import bench_frontends
+
+        results[args.what] = getattr(bench_frontends, f"bench_{args.what}")(args)
+        title = {"compiled": "Llama decoder layer under torch.compile (ms per layer)",
+                 "backward": "backward bandwidth (TB/s) and ratios"}[args.what]  # fmt: skip
+        _print(results[args.what], title)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

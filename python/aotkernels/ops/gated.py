@@ -6,51 +6,74 @@ f32 / f16 / bf16; x is [..., 2d] with a contiguous last dimension, rows may be s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
-from ._common import (
-    check_dtype,
-    check_rows_disjoint,
-    finish,
-    output,
-    prepare,
-    rows_view,
-    torch_fast1,
-)
-from ._elementwise import launch_rows
+from ..arrays import ITEMSIZE
+from ._elementwise import elementwise_config
+from ._op import Args, Attr, Launch, Op, Output, OutSpec, Tensor, check_dtype, rows_view
 
 __all__ = ["gelu_and_mul", "silu_and_mul"]
 
 FAMILY = "gated"
 DTYPES = ("f32", "f16", "bf16")
 _UNROLL = 2  # kUnroll in kernels/gated/gated.cuh
+_APPROXIMATE = {"none": "gelu_and_mul", "tanh": "gelu_tanh_and_mul"}
 
 
-def _gated(op: str, kernel: str, x: Any, out: Any, stream: Any) -> Any:
-    symbol = f"ak_{kernel}_"
-    res, key = torch_fast1(symbol, out, x, stream)
-    if res is not None:
-        return res
-    call = prepare(op, x, stream)
-    xi = call.x
-    check_dtype(op, "x", xi, DTYPES)
-    if not xi.shape or xi.shape[-1] % 2:
+def _shapes(a: Args) -> tuple[OutSpec, ...]:
+    x = a.need("x")
+    check_dtype(a.op, "x", x, DTYPES)
+    if not x.shape or x.shape[-1] % 2:
         raise ValueError(
-            f"{op}: x.shape[-1] must be even (x is [..., 2d]), got shape {tuple(xi.shape)}"
+            f"{a.op}: x.shape[-1] must be even (x is [..., 2d]), got shape {tuple(x.shape)}"
         )
-    d = xi.shape[-1] // 2
-    rows = math.prod(xi.shape[:-1])
-    x_rows, _, x_rs = rows_view(op, "x", xi)  # layout checks before anything is allocated
-    res, oi = output(op, call, out, (*xi.shape[:-1], d), xi.dtype)
-    if rows * d:
+    if "approximate" in a.attrs and a.attr("approximate") not in _APPROXIMATE:
+        raise ValueError(
+            f"{a.op}: approximate must be 'none' or 'tanh', got {a.attr('approximate')!r}"
+        )
+    rows_view(a.op, "x", x)  # layout checks before anything is allocated
+    return (OutSpec((*x.shape[:-1], x.shape[-1] // 2), x.dtype),)
+
+
+def _launcher(kernel: Callable[[Args], str]) -> Callable[[Args], list[Launch]]:
+    def launch(a: Args) -> list[Launch]:
+        x, out = a.need("x"), a.out("out")
+        d = x.shape[-1] // 2
+        rows = math.prod(x.shape[:-1])
+        if rows * d == 0:
+            return []
         # Both split at the last dim: each row of x holds a gate half and an up half.
-        o_rows, _, o_rs = rows_view(op, "out", oi)
+        x_rows, _, x_rs = rows_view(a.op, "x", x)
+        o_rows, _, o_rs = rows_view(a.op, "out", out)
         x_rs = x_rs if x_rows == rows else 2 * d
         o_rs = o_rs if o_rows == rows else d
-        check_rows_disjoint(op, "out", rows, d, o_rs)
-        launch_rows(FAMILY, symbol + xi.dtype, call.stream, oi, xi, rows, d, (x_rs, o_rs),
-                    _UNROLL, key, out is None)  # fmt: skip
-    return finish(call, res, out is None)
+        cfg = elementwise_config(rows, d, ITEMSIZE[x.dtype], a.sm_count, _UNROLL)
+        args = {"out": "out", "x": "x", "rows": rows, "d": d,
+                "x_row_stride": x_rs, "out_row_stride": o_rs}  # fmt: skip
+        return [Launch(f"ak_{kernel(a)}_{x.dtype}", cfg.grid, cfg.block, args)]
+
+    return launch
+
+
+def _gated(name: str, attrs: tuple[Attr, ...], kernel: Callable[[Args], str]) -> Op:
+    return Op(
+        name=name,
+        family=FAMILY,
+        inputs=(Tensor("x"),),
+        attrs=attrs,
+        outputs=(Output("out"),),
+        shapes=_shapes,
+        launch=_launcher(kernel),
+    )
+
+
+SILU_AND_MUL = _gated("silu_and_mul", (), lambda a: "silu_and_mul")
+GELU_AND_MUL = _gated(
+    "gelu_and_mul",
+    (Attr("approximate", "str", "none"),),
+    lambda a: _APPROXIMATE[a.attr("approximate")],
+)
 
 
 def silu_and_mul(
@@ -68,12 +91,9 @@ def silu_and_mul(
         fp8 = quant.fp8_out_dtype("silu_and_mul", x, out_dtype, scale)
         if fp8 is not None:
             return quant.silu_and_mul_fp8(x, fp8, scale, out, stream)
-    return _gated("silu_and_mul", "silu_and_mul", x, out, stream)
+    return SILU_AND_MUL(x, out=out, stream=stream)
 
 
 def gelu_and_mul(x: Any, approximate: str = "none", *, out: Any = None, stream: Any = None) -> Any:
     """``gelu(x[..., :d]) * x[..., d:]`` (exact or tanh GELU); returns [..., d]."""
-    if approximate not in ("none", "tanh"):
-        raise ValueError(f"gelu_and_mul: approximate must be 'none' or 'tanh', got {approximate!r}")
-    kernel = "gelu_and_mul" if approximate == "none" else "gelu_tanh_and_mul"
-    return _gated("gelu_and_mul", kernel, x, out, stream)
+    return GELU_AND_MUL(x, approximate=approximate, out=out, stream=stream)

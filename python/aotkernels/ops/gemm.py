@@ -31,10 +31,22 @@ import math
 import os
 from typing import Any, NamedTuple
 
-from .. import loader as _loader
-from ..arrays import ITEMSIZE, TORCH_TYPES, ArrayInfo, dtype_name, stream_handle
+from ..arrays import ITEMSIZE, dtype_name
 from ..errors import NoKernelImageError
-from ._common import check_disjoint, check_dtype, finish, operand, output, prepare
+from ._op import (
+    Args,
+    Attr,
+    Backward,
+    BackwardCtx,
+    Launch,
+    Meta,
+    Op,
+    Output,
+    OutSpec,
+    Tensor,
+    TensorMap,
+    check_dtype,
+)
 
 __all__ = ["matmul", "scaled_mm"]
 
@@ -49,48 +61,13 @@ _FLAG_A_MMAJOR, _FLAG_B_KMAJOR, _FLAG_BIAS = 1, 2, 4
 _SCALE_NONE, _SCALE_TENSOR, _SCALE_VECTOR, _SCALE_BLOCK_MODE = 0, 1, 2, 3
 _PATHS = ("mma_sync", "wgmma", "tcgen05")
 
-# Dtype spellings accepted by out_dtype= (strings, NumPy / ml_dtypes, torch, JAX), by name.
-_DTYPE_ALIASES = {
-    "float32": "f32", "f32": "f32", "float": "f32",
-    "float16": "f16", "f16": "f16", "half": "f16",
-    "bfloat16": "bf16", "bf16": "bf16",
-    "int32": "int32", "int": "int32",
-    "float8_e4m3fn": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3",
-    "float8_e5m2": "fp8_e5m2", "fp8_e5m2": "fp8_e5m2",
-    "int8": "int8",
-}  # fmt: skip
-
-
-def parse_dtype(op: str, arg: str, value: Any) -> str:
-    """Our dtype name for a string, NumPy / ml_dtypes dtype, torch dtype or JAX scalar type."""
-    if isinstance(value, str):
-        name = value
-    elif isinstance(value, type):  # np.float32, ml_dtypes.bfloat16, jnp.bfloat16
-        try:
-            import numpy
-
-            name = numpy.dtype(value).name
-        except (ImportError, TypeError):
-            name = value.__name__
-    elif hasattr(value, "name") and isinstance(value.name, str):  # np.dtype(...)
-        name = value.name
-    else:
-        name = str(value)  # torch.float32 -> "torch.float32"
-    key = name.removeprefix("torch.").removeprefix("jnp.")
-    if key not in _DTYPE_ALIASES:
-        raise TypeError(
-            f"{op}: {arg} must be a dtype such as 'float32', 'bfloat16' or torch.float16, got "
-            f"{value!r}"
-        )
-    return _DTYPE_ALIASES[key]
-
 
 class _Operand(NamedTuple):
     ld: int  # row stride in elements of its memory layout
     major: str  # "k" (K is the unit-stride dim) or "m" / "n"
 
 
-def _matrix_layout(op: str, arg: str, info: ArrayInfo, outer: str) -> _Operand:
+def _matrix_layout(op: str, arg: str, info: Meta, outer: str) -> _Operand:
     """How a 2-D operand lies in memory: one of its dims must have unit stride.
 
     ``outer`` is the letter of the non-K dim ("m" for a [M, K], "n" for b [K, N]).
@@ -117,13 +94,10 @@ def _matrix_layout(op: str, arg: str, info: ArrayInfo, outer: str) -> _Operand:
     )
 
 
-def _tma_legal(info: ArrayInfo, lay: _Operand, inner: int) -> bool:
+def _tma_legal(info: Meta, lay: _Operand, inner: int) -> bool:
     item = ITEMSIZE[info.dtype]
     return (
-        info.ptr % 16 == 0
-        and (lay.ld * item) % 16 == 0
-        and lay.ld >= inner
-        and lay.ld * item < 2**40
+        info.align == 16 and (lay.ld * item) % 16 == 0 and lay.ld >= inner and lay.ld * item < 2**40
     )
 
 
@@ -190,14 +164,14 @@ def _pick(
 class _Scales(NamedTuple):
     mode_a: int
     mode_b: int
-    a: ArrayInfo | None
-    b: ArrayInfo | None
+    a: Meta | None
+    b: Meta | None
     sa: tuple[int, int]
     sb: tuple[int, int]
 
 
 def _scale_candidates(
-    info: ArrayInfo, vec: tuple[tuple[int, ...], ...], block: tuple[int, int]
+    info: Meta, vec: tuple[tuple[int, ...], ...], block: tuple[int, int]
 ) -> set[int]:
     shape = tuple(info.shape)
     modes = set()
@@ -210,25 +184,23 @@ def _scale_candidates(
     return modes
 
 
-def _vector_stride(info: ArrayInfo) -> int:
+def _vector_stride(info: Meta) -> int:
     """Element stride along the non-unit dim of a (L,), (L, 1) or (1, L) scale vector."""
     if len(info.shape) == 1:
         return info.strides[0]
     return info.strides[0] if info.shape[0] != 1 else info.strides[1]
 
 
-def _scales(
-    op: str, call: Any, dtype: str, m: int, n: int, k: int, scale_a: Any, scale_b: Any
-) -> _Scales:
+def _scales(a: Args, dtype: str, m: int, n: int, k: int) -> _Scales:
     """Scale modes from the scale shapes: per tensor (1 element), per row of a ((M,) or
     (M, 1)) / column of b ((N,) or (1, N)), or fp8 block scales: a (M, ceil(K/128)) and
     b (ceil(N/128), ceil(K/128)), which must come together."""
-    if (scale_a is None) != (scale_b is None):
+    op = a.op
+    sa, sb = (a["scale_a"], a["scale_b"]) if "scale_a" in a.names else (None, None)
+    if (sa is None) != (sb is None):
         raise ValueError(f"{op}: scale_a and scale_b must be given together (or both None)")
-    if scale_a is None:
+    if sa is None or sb is None:
         return _Scales(_SCALE_NONE, _SCALE_NONE, None, None, (0, 0), (0, 0))
-    sa = operand(op, "scale_a", scale_a, call)
-    sb = operand(op, "scale_b", scale_b, call)
     check_dtype(op, "scale_a", sa, ("f32",))
     check_dtype(op, "scale_b", sb, ("f32",))
     kb, nb = math.ceil(k / _SCALE_BLOCK), math.ceil(n / _SCALE_BLOCK)
@@ -263,12 +235,11 @@ def _scales(
 
 
 def _tensor_maps(
-    pick: _Pick, fam: Any, a: ArrayInfo, la: _Operand, b: ArrayInfo, lb: _Operand, m: int, n: int,
-    k: int,
-) -> list[tuple[int, int, int, int, int, int, int, int]]:  # fmt: skip
+    pick: _Pick, fam: Any, a: Meta, la: _Operand, b: Meta, lb: _Operand, m: int, n: int, k: int
+) -> tuple[TensorMap, ...]:
     """TMA descriptors of a and b, as the kernels expect them (arch_matrix.toml, gemm)."""
     if pick.path == "mma_sync":
-        return []
+        return ()
     v = fam.variants[pick.variant]
     item = ITEMSIZE[a.dtype]
     bk = int(v["k_bytes"]) // item
@@ -280,9 +251,9 @@ def _tensor_maps(
     ):
         inner, outer = (k, outer_extent) if k_major else (outer_extent, k)
         maps.append(
-            (
-                fam.field_offsets[f"tmap_{name}"],
-                fam.ptr_offsets.index(fam.field_offsets[name]),
+            TensorMap(
+                f"tmap_{name}",
+                name,
                 _TMA_TYPES[info.dtype],
                 inner,
                 outer,
@@ -291,179 +262,173 @@ def _tensor_maps(
                 tile if k_major else bk,
             )
         )
-    return maps
+    return tuple(maps)
 
 
-# Torch fast path: (op, dtypes/shapes/strides/devices of every input, out_dtype, 16-byte
-# alignment of a and b) -> (plan, out shape, out torch dtype). Pointers are the only per-call input.
-_PLANS: dict[Any, tuple[Any, tuple[int, int], Any]] = {}
-_MAX_PLANS = 4096
+class _Problem(NamedTuple):
+    """A validated call: operand layouts, sizes, output dtype and scales."""
+
+    la: _Operand
+    lb: _Operand
+    m: int
+    n: int
+    k: int
+    out_dtype: str
+    scales: _Scales
+    bias: Meta | None
 
 
-def _torch_key(op: str, arrays: tuple[Any, ...], extra: Any) -> tuple[Any, list[int]] | None:
-    key: list[Any] = [op, extra]
-    ptrs = []
-    for t in arrays:
-        if t is None:
-            key.append(None)
-            ptrs.append(0)
-            continue
-        if type(t) not in TORCH_TYPES:
-            return None
-        p = t.data_ptr()
-        key.append((t.dtype, t.shape, t.stride(), t.get_device()))
-        ptrs.append(p)
-    # TMA needs a and b 16-byte aligned (arrays[:2]); the other pointers do not shape the plan.
-    key.append((ptrs[0] & 15 == 0, ptrs[1] & 15 == 0))
-    return tuple(key), ptrs
-
-
-def _gemm(
-    op: str,
-    a: Any,
-    b: Any,
-    scale_a: Any,
-    scale_b: Any,
-    bias: Any,
-    out_dtype: Any,
-    out: Any,
-    stream: Any,
-) -> Any:
-    # Only calls that allocate their output take the fast path: a caller's out= could overlap
-    # an input with new pointers, which only the full validation below would catch.
-    env = (os.environ.get("AOTKERNELS_GEMM_PATH"), os.environ.get("AOTKERNELS_GEMM_TCGEN05"))
-    fast = _torch_key(op, (a, b, scale_a, scale_b, bias), (out_dtype, env)) if out is None else None
-    if fast is not None:
-        hit = _PLANS.get(fast[0])
-        if hit is not None:
-            plan, shape, tdtype = hit
-            ptrs = fast[1]
-            res = a.new_empty(shape, dtype=tdtype)
-            dev = a.get_device()
-            s = _torch_stream(dev) if stream is None else stream_handle(stream)
-            plan(s, res.data_ptr(), *ptrs[:5])
-            return res
-
-    call = prepare(op, a, stream, "a")
-    ai = call.x
-    bi = operand(op, "b", b, call)
-    allowed = MATMUL_DTYPES if op == "matmul" else SCALED_DTYPES
-    check_dtype(op, "a", ai, allowed)
-    if bi.dtype != ai.dtype:
+def _problem(a: Args) -> _Problem:
+    """Every check that needs no output and no device, in the order users meet them."""
+    op = a.op
+    am, bm = a.need("a"), a.need("b")
+    check_dtype(op, "a", am, MATMUL_DTYPES if op == "matmul" else SCALED_DTYPES)
+    if bm.dtype != am.dtype:
         raise TypeError(
-            f"{op}: b.dtype must equal a.dtype ({dtype_name(ai.dtype)}), got {dtype_name(bi.dtype)}"
+            f"{op}: b.dtype must equal a.dtype ({dtype_name(am.dtype)}), got {dtype_name(bm.dtype)}"
         )
-    la = _matrix_layout(op, "a", ai, "m")
-    lb = _matrix_layout(op, "b", bi, "n")
-    (m, k), (k2, n) = ai.shape, bi.shape
+    la = _matrix_layout(op, "a", am, "m")
+    lb = _matrix_layout(op, "b", bm, "n")
+    (m, k), (k2, n) = am.shape, bm.shape
     if k2 != k:
         raise ValueError(
-            f"{op}: b.shape[0] must equal a.shape[1] ({k}), got b.shape {tuple(bi.shape)}"
+            f"{op}: b.shape[0] must equal a.shape[1] ({k}), got b.shape {tuple(bm.shape)}"
         )
+    out_dtype = a.attr("out_dtype")
     if op == "matmul":
-        odt = ai.dtype if out_dtype is None else parse_dtype(op, "out_dtype", out_dtype)
+        odt = am.dtype if out_dtype is None else out_dtype
         outs: tuple[str, ...] = ("f16", "bf16", "f32")
-        sc = _scales(op, call, ai.dtype, m, n, k, None, None)
+        sc = _Scales(_SCALE_NONE, _SCALE_NONE, None, None, (0, 0), (0, 0))
     else:
         if out_dtype is None:
             raise TypeError(f"{op}: out_dtype is required (e.g. 'bfloat16', or 'int32' for int8)")
-        odt = parse_dtype(op, "out_dtype", out_dtype)
-        sc = _scales(op, call, ai.dtype, m, n, k, scale_a, scale_b)
-        if ai.dtype == "int8":
+        odt = out_dtype
+        sc = _scales(a, am.dtype, m, n, k)
+        if am.dtype == "int8":
             outs = ("int32",) if sc.mode_a == _SCALE_NONE else ("f16", "bf16", "f32")
         else:
             outs = ("f16", "bf16", "f32")
     if odt not in outs:
-        what = " without scales" if ai.dtype == "int8" and sc.mode_a == _SCALE_NONE else ""
+        what = " without scales" if am.dtype == "int8" and sc.mode_a == _SCALE_NONE else ""
         hint = ""
-        if odt == "int32" and op == "scaled_mm" and ai.dtype == "int8":
+        if odt == "int32" and op == "scaled_mm" and am.dtype == "int8":
             hint = " (int8 with scales gives f16/bf16/f32)"
         raise TypeError(
-            f"{op}: out_dtype for {dtype_name(ai.dtype)} operands{what} must be one of "
+            f"{op}: out_dtype for {dtype_name(am.dtype)} operands{what} must be one of "
             f"{', '.join(dtype_name(o) for o in outs)}, got {dtype_name(odt)}{hint}"
         )
-    bi_info = None
+    bias = a["bias"] if "bias" in a.names else None
     if bias is not None:
         if odt == "int32":
             raise TypeError(f"{op}: bias is not supported with an int32 output")
-        bi_info = operand(op, "bias", bias, call)
-        check_dtype(op, "bias", bi_info, (odt,))
-        if tuple(bi_info.shape) != (n,):
-            raise ValueError(f"{op}: bias.shape must be ({n},), got {tuple(bi_info.shape)}")
-        if n > 1 and bi_info.strides[0] != 1:
+        check_dtype(op, "bias", bias, (odt,))
+        if tuple(bias.shape) != (n,):
+            raise ValueError(f"{op}: bias.shape must be ({n},), got {tuple(bias.shape)}")
+        if n > 1 and bias.strides[0] != 1:
             raise ValueError(
-                f"{op}: bias must be contiguous, got stride {bi_info.strides[0]}; pass a "
+                f"{op}: bias must be contiguous, got stride {bias.strides[0]}; pass a "
                 "contiguous copy"
             )
-    res, oi = output(op, call, out, (m, n), odt)
+    return _Problem(la, lb, m, n, k, odt, sc, bias)
+
+
+def _shapes(a: Args) -> tuple[OutSpec, ...]:
+    p = _problem(a)
+    return (OutSpec((p.m, p.n), p.out_dtype),)
+
+
+def _launch(a: Args) -> list[Launch]:
+    op = a.op
+    p = _problem(a)
+    m, n, k = p.m, p.n, p.k
+    oi = a.out("out")
     if m and n and not (oi.strides[1] == 1 or n == 1):
         raise ValueError(
             f"{op}: out must be row-major (unit stride along N), got strides {tuple(oi.strides)}"
         )
     ldd = oi.strides[0] if m > 1 else n
-    if m > 1 and n > 0 and abs(ldd) < n:
-        raise ValueError(f"{op}: out must not overlap itself, got row stride {ldd} for N={n}")
-    if out is not None:
-        for name, info in (("a", ai), ("b", bi), ("scale_a", sc.a), ("scale_b", sc.b),
-                           ("bias", bi_info)):  # fmt: skip
-            if info is not None:
-                check_disjoint(op, "out", oi, name, info)
     if m == 0 or n == 0:
-        return finish(call, res, out is None)
-
-    fam = _loader.family_on(FAMILY, ai.device)
+        return []
+    am, bm = a.need("a"), a.need("b")
+    la, lb, sc = p.la, p.lb, p.scales
+    fam = a.family()
     layout = ("k" if la.major == "k" else "m") + ("k" if lb.major == "k" else "n")
-    tma_ok = _tma_legal(ai, la, k if la.major == "k" else m) and _tma_legal(
-        bi, lb, k if lb.major == "k" else n
+    tma_ok = _tma_legal(am, la, k if la.major == "k" else m) and _tma_legal(
+        bm, lb, k if lb.major == "k" else n
     )
-    pick = _pick(op, ai.dtype, m, n, k, layout, tma_ok, fam)
+    pick = _pick(op, am.dtype, m, n, k, layout, tma_ok, fam)
     v = fam.variants[pick.variant]
     flags = (_FLAG_A_MMAJOR if la.major == "m" else 0) | (_FLAG_B_KMAJOR if lb.major == "k" else 0)
-    flags |= _FLAG_BIAS if bi_info is not None else 0
-    bm, bn = int(v["bm"]), int(v["bn"])
+    flags |= _FLAG_BIAS if p.bias is not None else 0
+    bm_tile, bn_tile = int(v["bm"]), int(v["bn"])
     if pick.path == "mma_sync":
-        grid = (math.ceil(n / bn), math.ceil(m / bm), 1)
+        grid = (math.ceil(n / bn_tile), math.ceil(m / bm_tile), 1)
         if grid[1] > 65535:
-            raise ValueError(f"{op}: M must be at most {65535 * bm} on this path, got {m}")
+            raise ValueError(f"{op}: M must be at most {65535 * bm_tile} on this path, got {m}")
     else:
-        grid = (min(math.ceil(m / bm) * math.ceil(n / bn), fam.device.sm_count), 1, 1)
-    launch_ptrs = (
-        oi.ptr,
-        ai.ptr,
-        bi.ptr,
-        sc.a.ptr if sc.a else 0,
-        sc.b.ptr if sc.b else 0,
-        bi_info.ptr if bi_info else 0,
-    )
-    from .. import _core
-
-    packed = fam.params.pack(
-        *launch_ptrs, b"", b"", m, n, k, la.ld, lb.ld, ldd, *sc.sa, *sc.sb, flags,
-        _OUT_CODES[odt], sc.mode_a, sc.mode_b,
-    )  # fmt: skip
-    plan = _core.LaunchPlan(
-        pick.symbol,
-        fam.kernels[pick.symbol],
-        fam.device.context,
-        list(grid),
-        [int(v["threads"]), 1, 1],
-        int(v["smem"]),
-        packed,
-        fam.ptr_offsets,
-        _tensor_maps(pick, fam, ai, la, bi, lb, m, n, k),
-    )
-    plan(call.stream)
-    if fast is not None:
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[fast[0]] = (plan, (m, n), res.dtype)
-    return finish(call, res, out is None)
+        grid = (min(math.ceil(m / bm_tile) * math.ceil(n / bn_tile), fam.device.sm_count), 1, 1)
+    args = {
+        "d": "out", "a": "a", "b": "b",
+        "scale_a": "scale_a" if sc.a is not None else None,
+        "scale_b": "scale_b" if sc.b is not None else None,
+        "bias": "bias" if p.bias is not None else None,
+        "m": m, "n": n, "k": k, "lda": la.ld, "ldb": lb.ld, "ldd": ldd,
+        "sa_s0": sc.sa[0], "sa_s1": sc.sa[1], "sb_s0": sc.sb[0], "sb_s1": sc.sb[1],
+        "flags": flags, "out_dtype": _OUT_CODES[p.out_dtype],
+        "scale_mode_a": sc.mode_a, "scale_mode_b": sc.mode_b,
+    }  # fmt: skip
+    maps = _tensor_maps(pick, fam, am, la, bm, lb, m, n, k)
+    return [Launch(pick.symbol, grid, (int(v["threads"]),), args, int(v["smem"]), maps)]
 
 
-def _torch_stream(dev: int) -> int:
-    from ..arrays import torch_stream
+def _env_key() -> tuple[str | None, str | None]:
+    # The path switches change which kernel a call picks: part of the fast path's key.
+    return os.environ.get("AOTKERNELS_GEMM_PATH"), os.environ.get("AOTKERNELS_GEMM_TCGEN05")
 
-    return int(torch_stream(dev))
+
+def _matmul_backward(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
+    """dA = dC @ B^T and dB = A^T @ dC, through matmul itself: any layout is free, so the
+    transposes are views. dC is taken in a's dtype (the operands' tensor-core type)."""
+    a, b = ctx.saved["a"], ctx.saved["b"]
+    (g,) = grads
+    if g.dtype != a.dtype:
+        g = g.to(a.dtype)
+    res = {}
+    if ctx.needs["a"]:
+        res["a"] = matmul(g, b.mT)
+    if ctx.needs["b"]:
+        res["b"] = matmul(a.mT, g)
+    return res
+
+
+MATMUL = Op(
+    name="matmul",
+    family=FAMILY,
+    inputs=(Tensor("a"), Tensor("b")),
+    attrs=(Attr("out_dtype", "dtype?", None),),
+    outputs=(Output("out"),),
+    shapes=_shapes,
+    launch=_launch,
+    backward=Backward(("a", "b"), _matmul_backward),
+    cache_key=_env_key,
+)
+
+SCALED_MM = Op(
+    name="scaled_mm",
+    family=FAMILY,
+    inputs=(
+        Tensor("a"),
+        Tensor("b"),
+        Tensor("scale_a", optional=True),
+        Tensor("scale_b", optional=True),
+        Tensor("bias", optional=True),
+    ),
+    attrs=(Attr("out_dtype", "dtype?", None),),
+    outputs=(Output("out"),),
+    shapes=_shapes,
+    launch=_launch,
+    cache_key=_env_key,
+)
 
 
 def matmul(a: Any, b: Any, out_dtype: Any = None, *, out: Any = None, stream: Any = None) -> Any:
@@ -484,7 +449,7 @@ def matmul(a: Any, b: Any, out_dtype: Any = None, *, out: Any = None, stream: An
     Any M, N, K (K = 0 gives zeros). Operands that are not 16-byte aligned or whose row stride
     is not a multiple of 16 bytes run the slower mma.sync path on Hopper.
     """
-    return _gemm("matmul", a, b, None, None, None, out_dtype, out, stream)
+    return MATMUL(a, b, out_dtype=out_dtype, out=out, stream=stream)
 
 
 def scaled_mm(
@@ -514,4 +479,4 @@ def scaled_mm(
     bias : CUDA array (N,) of out_dtype, optional; added after scaling.
     out, stream : as for :func:`matmul`.
     """
-    return _gemm("scaled_mm", a, b, scale_a, scale_b, bias, out_dtype, out, stream)
+    return SCALED_MM(a, b, scale_a, scale_b, bias, out_dtype=out_dtype, out=out, stream=stream)

@@ -15,26 +15,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import device as _device
-from ..arrays import ITEMSIZE, ArrayInfo
-from ._common import (
-    Call,
-    check_disjoint,
+from ..arrays import ITEMSIZE
+from ._op import (
+    Args,
+    Attr,
+    Launch,
+    Meta,
+    Op,
+    Output,
+    OutSpec,
+    Tensor,
     check_dtype,
-    check_rows_disjoint,
-    finish,
-    make_plan,
-    operand,
-    output,
-    prepare,
-    remember,
-    torch_fast,
+    row_layout,
 )
 from ._rowwise import (
     check_eps,
     joint_layout2,
-    out_row_stride,
-    row_layout,
     row_layout2,
     rowwise_config,
     same_dtype,
@@ -47,58 +43,112 @@ __all__ = ["fused_add_rms_norm", "layer_norm", "rms_norm"]
 FAMILY = "norm"
 DTYPES = ("f32", "f16", "bf16")
 _HAS_WEIGHT, _HAS_BIAS, _GEMMA = 1, 2, 4  # ak_norm_params.flags (kernels/norm/norm.cuh)
+_EPS = Attr("eps", "float", 1e-6)
+_GEMMA_ATTR = Attr("gemma", "bool", False)
 
 
-def _launch(
-    kernel: str,
-    x: Any,
-    out: Any,
-    residual: Any,
-    weight: Any,
-    bias: Any,
-    rows: int,
-    hidden: int,
-    strides: tuple[int, int, int],
-    eps: float,
-    stream: int,
-    key: Any,
-    allocated: bool,
-    gemma: bool = False,
-    inner: int = 0,
-    outer: tuple[int, int] = (0, 0),
-) -> None:
-    """One launch of ``ak_<kernel>_<dtype>``; ``x``/``out``/... are ArrayInfo or None.
+def _check_x(a: Args) -> tuple[Meta, int]:
+    """The checks every op here starts with: (x, hidden)."""
+    x = a.need("x")
+    check_dtype(a.op, "x", x, DTYPES)
+    if not x.shape:
+        raise ValueError(f"{a.op}: x must have at least 1 dimension, got a 0-d array")
+    # layout checks before anything is allocated; rms_norm rows may have two levels
+    if a.op == "rms_norm":
+        row_layout2(a.op, "x", x)
+    else:
+        row_layout(a.op, "x", x)
+    check_eps(a.op, a.attr("eps"))
+    return x, x.shape[-1]
 
-    The plan is remembered under ``key`` for the torch fast path (see ``torch_fast``).
-    ``strides`` are the row strides of (x, out, residual); with ``inner > 1`` (rms_norm only)
-    row r starts at ``(r // inner) * outer + (r % inner) * stride`` for x and out.
-    """
+
+def _norm_shapes(a: Args) -> tuple[OutSpec, ...]:
+    x, hidden = _check_x(a)
+    vector_operand(a, "weight", hidden)
+    if "bias" in a.names:
+        vector_operand(a, "bias", hidden)
+    return (OutSpec(x.shape, x.dtype),)
+
+
+def _norm_launch(a: Args, kernel: str, written: str, residual: str | None) -> list[Launch]:
+    """One launch of ``ak_<kernel>_<dtype>`` writing ``written`` (out, or x in place)."""
+    x = a.need("x")
+    hidden = x.shape[-1]
+    o = a.out(written) if written == "out" else x
+    inner, outer = 0, (0, 0)
+    if kernel == "rms_norm":  # two-level rows: row r at (r // inner) * outer + (r % inner) * rs
+        rows, inner, (x_rs, x_outer), (o_rs, o_outer) = joint_layout2(a.op, x, o)
+        outer = (x_outer, o_outer)
+    else:
+        rows, x_rs = row_layout(a.op, "x", x)
+        o_rs = row_layout(a.op, written, o)[1]
     if rows * hidden == 0:
-        return  # empty: nothing to read or write, no launch
+        return []  # empty: nothing to read or write, no launch
+    r = a[residual] if residual else None
+    r_rs = row_layout(a.op, "residual", r)[1] if r is not None else 0
+    w, b = a["weight"], a["bias"] if "bias" in a.names else None
     item = ITEMSIZE[x.dtype]
-    ptrs = [a.ptr if a is not None else 0 for a in (out, x, residual, weight, bias)]
-    vec = vectorizable(hidden, item, ptrs, strides + (outer if inner > 1 else ()), rows)
-    sms = _device.device_info(x.device).sm_count
-    cfg = rowwise_config(rows, hidden, item, sms, vec)
-    flags = (_HAS_WEIGHT if weight is not None else 0) | (_HAS_BIAS if bias is not None else 0)
-    flags |= _GEMMA if gemma else 0
-    plan = make_plan(FAMILY, f"ak_{kernel}_{x.dtype}", x.device, cfg.grid, cfg.block,
-                     *ptrs, rows, hidden, inner, *strides, *outer, eps, flags,
-                     cfg.vecs_per_thread)  # fmt: skip
-    plan(stream)
-    written = (0, 2) if residual is not None else (0,)  # fused_add_rms_norm writes residual
-    remember(key, plan, (out, x, residual, weight, bias), allocated=allocated, written=written)
+    strides = (x_rs, o_rs, r_rs) + (outer if inner > 1 else ())
+    vec = vectorizable(hidden, item, (o, x, r, w, b), strides, rows)
+    cfg = rowwise_config(rows, hidden, item, a.sm_count, vec)
+    flags = (_HAS_WEIGHT if w is not None else 0) | (_HAS_BIAS if b is not None else 0)
+    flags |= _GEMMA if a.attrs.get("gemma") else 0
+    args = {
+        "out": written, "x": "x", "residual": residual,
+        "weight": "weight" if w is not None else None, "bias": "bias" if b is not None else None,
+        "rows": rows, "hidden": hidden, "inner": inner, "x_row_stride": x_rs,
+        "out_row_stride": o_rs, "residual_row_stride": r_rs, "x_outer_stride": outer[0],
+        "out_outer_stride": outer[1], "eps": a.attr("eps"), "flags": flags,
+        "vecs_per_thread": cfg.vecs_per_thread,
+    }  # fmt: skip
+    return [Launch(f"ak_{kernel}_{x.dtype}", cfg.grid, cfg.block, args)]
 
 
-def _prepare_rows(op: str, x: Any, stream: Any) -> tuple[Call, ArrayInfo, int, int, int]:
-    """The checks every op here starts with: (call, x info, hidden, rows, x row stride)."""
-    call = prepare(op, x, stream)
-    xi = call.x
-    check_dtype(op, "x", xi, DTYPES)
-    if not xi.shape:
-        raise ValueError(f"{op}: x must have at least 1 dimension, got a 0-d array")
-    rows, x_rs = row_layout(op, "x", xi)
-    return call, xi, xi.shape[-1], rows, x_rs
+RMS_NORM = Op(
+    name="rms_norm",
+    family=FAMILY,
+    inputs=(Tensor("x"), Tensor("weight")),
+    attrs=(_EPS, _GEMMA_ATTR),
+    outputs=(Output("out", inplace_of="x"),),
+    shapes=_norm_shapes,
+    launch=lambda a: _norm_launch(a, "rms_norm", "out", None),
+)
+
+
+def _fused_add_shapes(a: Args) -> tuple[OutSpec, ...]:
+    x, hidden = _check_x(a)
+    r = a.need("residual")
+    same_dtype(a.op, "residual", r, x)
+    if tuple(r.shape) != tuple(x.shape):
+        raise ValueError(
+            f"{a.op}: residual.shape must be {tuple(x.shape)} (the shape of x), got "
+            f"{tuple(r.shape)}"
+        )
+    row_layout(a.op, "residual", r)
+    vector_operand(a, "weight", hidden)
+    return ()
+
+
+FUSED_ADD_RMS_NORM = Op(
+    name="fused_add_rms_norm",
+    family=FAMILY,
+    inputs=(Tensor("x", mutated=True), Tensor("residual", mutated=True), Tensor("weight")),
+    attrs=(_EPS, _GEMMA_ATTR),
+    outputs=(),
+    shapes=_fused_add_shapes,
+    launch=lambda a: _norm_launch(a, "fused_add_rms_norm", "x", "residual"),
+    returns=("x", "residual"),
+)
+
+LAYER_NORM = Op(
+    name="layer_norm",
+    family=FAMILY,
+    inputs=(Tensor("x"), Tensor("weight", optional=True), Tensor("bias", optional=True)),
+    attrs=(Attr("eps", "float", 1e-5),),
+    outputs=(Output("out", inplace_of="x"),),
+    shapes=_norm_shapes,
+    launch=lambda a: _norm_launch(a, "layer_norm", "out", None),
+)
 
 
 def rms_norm(
@@ -129,7 +179,7 @@ def rms_norm(
         on store and the call returns ``(q, scale)`` (see ``aotkernels.ops.quant``).
     scale : CUDA array, optional
         fp8 only: a float32 per-tensor scale of one element (static quantization). Without it
-        the scales are dynamic, one per row.
+        the scales are dynamic, one per row (out= is then not taken).
     out : CUDA array, optional
         Result buffer of x's shape and the output dtype; may be x itself (in place).
     stream : int or stream object, optional
@@ -140,39 +190,18 @@ def rms_norm(
     The normalized array (``out`` when given), in x's framework. Accumulation is f32 and the
     result is rounded once to x's dtype. With an fp8 out_dtype: ``(q, scale)``.
     """
-    op = "rms_norm"
     if out_dtype is not None or scale is not None:
-        from . import quant
-
-        fp8 = quant.fp8_out_dtype(op, x, out_dtype, scale)
+        fp8 = _quant().fp8_out_dtype("rms_norm", x, out_dtype, scale)
         if fp8 is not None:
-            return quant.norm_fp8(op, x, None, weight, None, eps, gemma, fp8, scale, out, stream)
-    gemma = _check_gemma(op, gemma)
-    res, key = torch_fast("ak_rms_norm_", out, (x, None, weight, None), stream, (eps, gemma))
-    if res is not None:
-        return res
-    call = prepare(op, x, stream)
-    xi = call.x
-    check_dtype(op, "x", xi, DTYPES)
-    if not xi.shape:
-        raise ValueError(f"{op}: x must have at least 1 dimension, got a 0-d array")
-    hidden = xi.shape[-1]
-    row_layout2(op, "x", xi)  # layout errors before anything is allocated
-    wi = vector_operand(op, "weight", weight, call, hidden)
-    eps_f = check_eps(op, eps)
-    res, oi = output(op, call, out, xi.shape, xi.dtype)
-    rows, inner, (x_rs, x_outer), (o_rs, o_outer) = joint_layout2(op, xi, oi, out is None)
-    if out is not None:
-        check_disjoint(op, "out", oi, "weight", wi)
-    _launch(op, xi, oi, None, wi, None, rows, hidden, (x_rs, o_rs, 0), eps_f, call.stream,
-            key, out is None, gemma, inner, (x_outer, o_outer))  # fmt: skip
-    return finish(call, res, out is None)
+            return _quant().norm_fp8("rms_norm", (x, weight), eps, gemma, fp8, scale, out,
+                                     stream)  # fmt: skip
+    return RMS_NORM(x, weight, eps=eps, gemma=gemma, out=out, stream=stream)
 
 
-def _check_gemma(op: str, gemma: Any) -> bool:
-    if not isinstance(gemma, bool):
-        raise TypeError(f"{op}: gemma must be a bool, got {type(gemma).__name__}")
-    return gemma
+def _quant() -> Any:
+    from . import quant  # imports this module: a late import
+
+    return quant
 
 
 def fused_add_rms_norm(
@@ -196,7 +225,8 @@ def fused_add_rms_norm(
     Parameters
     ----------
     x : CUDA array, float32 / float16 / bfloat16, shape [..., hidden]
-        Overwritten with the normalized result. Must be a mutable array (not JAX).
+        Overwritten with the normalized result. Must be a mutable array (JAX arrays get new
+        arrays back instead, see the JAX front end).
     residual : CUDA array, same shape, dtype and device as x
         Overwritten with ``x + residual``. Must not overlap x.
     weight : CUDA array, shape (hidden,), same dtype and device as x, contiguous.
@@ -205,8 +235,9 @@ def fused_add_rms_norm(
         Apply the weight as ``(1 + weight)`` (Gemma's RMSNorm).
     out_dtype, scale, out : optional
         ``out_dtype="float8_e4m3fn"`` / ``"float8_e5m2"``: x is left unchanged, the
-        normalized sum is quantized into a new fp8 array (or ``out``) and the call returns
-        ``(q, residual, scale)``; ``scale`` as in ``rms_norm``. Otherwise ``out`` must be None.
+        normalized sum is quantized into a new fp8 array (or ``out``, static scale only) and
+        the call returns ``(q, residual, scale)``; ``scale`` as in ``rms_norm``. Otherwise
+        ``out`` must be None.
     stream : int or stream object, optional
 
     Returns
@@ -214,50 +245,16 @@ def fused_add_rms_norm(
     (x, residual) : the two inputs, updated.
     """
     op = "fused_add_rms_norm"
-    if out_dtype is not None or scale is not None or out is not None:
-        from . import quant
-
-        fp8 = quant.fp8_out_dtype(op, x, out_dtype, scale)
+    if out_dtype is not None or scale is not None:
+        fp8 = _quant().fp8_out_dtype(op, x, out_dtype, scale)
         if fp8 is not None:
-            return quant.norm_fp8(op, x, residual, weight, None, eps, gemma, fp8, scale, out,
-                                  stream)  # fmt: skip
-        if out is not None:
-            raise ValueError(f"{op}: out must be None (x is the output) without an fp8 out_dtype")
-    gemma = _check_gemma(op, gemma)
-    hit, key = torch_fast("ak_fused_add_rms_norm_", x, (x, residual, weight, None), stream,
-                          (eps, gemma))  # fmt: skip
-    if hit is not None:
-        return x, residual
-    call = prepare(op, x, stream)
-    xi = call.x
-    check_dtype(op, "x", xi, DTYPES)
-    if not xi.fw.mutable:
-        raise TypeError(
-            f"{op}: x must be a mutable array (the op writes x and residual in place), got an "
-            f"immutable {xi.fw.name} array"
-        )
-    if not xi.shape:
-        raise ValueError(f"{op}: x must have at least 1 dimension, got a 0-d array")
-    hidden = xi.shape[-1]
-    ri = operand(op, "residual", residual, call)
-    same_dtype(op, "residual", ri, xi)
-    if tuple(ri.shape) != tuple(xi.shape):
-        raise ValueError(
-            f"{op}: residual.shape must be {tuple(xi.shape)} (the shape of x), got "
-            f"{tuple(ri.shape)}"
-        )
-    rows, x_rs = row_layout(op, "x", xi)
-    _, r_rs = row_layout(op, "residual", ri)
-    check_rows_disjoint(op, "x", rows, hidden, x_rs)
-    check_rows_disjoint(op, "residual", rows, hidden, r_rs)
-    check_disjoint(op, "residual", ri, "x", xi)
-    wi = vector_operand(op, "weight", weight, call, hidden)
-    check_disjoint(op, "x", xi, "weight", wi)
-    check_disjoint(op, "residual", ri, "weight", wi)
-    eps_f = check_eps(op, eps)
-    _launch(op, xi, xi, ri, wi, None, rows, hidden, (x_rs, x_rs, r_rs), eps_f, call.stream,
-            key, False, gemma)  # fmt: skip
-    return x, residual
+            return _quant().norm_fp8(op, (x, residual, weight), eps, gemma, fp8, scale, out,
+                                     stream)  # fmt: skip
+    if out is not None:
+        raise ValueError(f"{op}: out must be None (x is the output) without an fp8 out_dtype")
+    res: tuple[Any, Any] = FUSED_ADD_RMS_NORM(x, residual, weight, eps=eps, gemma=gemma,
+                                              stream=stream)  # fmt: skip
+    return res
 
 
 def layer_norm(
@@ -292,26 +289,9 @@ def layer_norm(
     -------
     The normalized array (``out`` when given), in x's framework.
     """
-    op = "layer_norm"
     if out_dtype is not None or scale is not None:
-        from . import quant
-
-        fp8 = quant.fp8_out_dtype(op, x, out_dtype, scale)
+        fp8 = _quant().fp8_out_dtype("layer_norm", x, out_dtype, scale)
         if fp8 is not None:
-            return quant.norm_fp8(op, x, None, weight, bias, eps, False, fp8, scale, out, stream)
-    res, key = torch_fast("ak_layer_norm_", out, (x, None, weight, bias), stream, eps)
-    if res is not None:
-        return res
-    call, xi, hidden, rows, x_rs = _prepare_rows(op, x, stream)
-    wi = None if weight is None else vector_operand(op, "weight", weight, call, hidden)
-    bi = None if bias is None else vector_operand(op, "bias", bias, call, hidden)
-    eps_f = check_eps(op, eps)
-    res, oi = output(op, call, out, xi.shape, xi.dtype)
-    o_rs = out_row_stride(op, xi, oi, rows, hidden, out is None)
-    if out is not None:
-        for name, info in (("weight", wi), ("bias", bi)):
-            if info is not None:
-                check_disjoint(op, "out", oi, name, info)
-    _launch(op, xi, oi, None, wi, bi, rows, hidden, (x_rs, o_rs, 0), eps_f, call.stream,
-            key, out is None)  # fmt: skip
-    return finish(call, res, out is None)
+            return _quant().norm_fp8("layer_norm", (x, weight, bias), eps, False, fp8, scale,
+                                     out, stream)  # fmt: skip
+    return LAYER_NORM(x, weight, bias, eps=eps, out=out, stream=stream)

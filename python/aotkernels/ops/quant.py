@@ -11,48 +11,48 @@ with fp8_max 448 (float8_e4m3fn) or 57344 (float8_e5m2); infinities saturate, Na
 rounding tie. Dequantize with ``q.float() * scale``.
 
 Scales are float32:
-  * static, per tensor: ``scale=`` one element, given;
-  * dynamic per row (the default of the norms, ``per_token=True``):
-    ``scale[r] = max(amax_r, 1e-10) / fp8_max``, amax_r = max |y| over row r (the floor keeps
-    an all-zero row's scale finite), returned with shape ``(*x.shape[:-1], 1)``;
+  * static, per tensor: ``scale=`` one element, given (ops ``*_fp8``);
+  * dynamic per row (the norms' default, ``per_token=True``): ``scale[r] = max(amax_r, 1e-10)
+    / fp8_max``, amax_r = max |y| over row r (the floor keeps an all-zero row's scale finite),
+    shape ``(*x.shape[:-1], 1)`` (ops ``*_fp8_dynamic``);
   * dynamic per 1 x group_size group (``quantize_fp8(x, group_size=128)``): the same rule over
-    each group of a row, returned with shape ``(*x.shape[:-1], ceil(K / group_size))``,
-    row-major: for [M, K] exactly the (M, ceil(K/128)) ``scale_a`` that ``scaled_mm`` takes
-    for DeepSeek-style block scaling;
-  * dynamic per tensor (``quantize_fp8(x)``): the rule over the whole array, shape (1,). It
-    runs four launches on the returned scale (zero it, atomicMax the row maxima into it,
-    quantize, turn the amax into the scale).
+    each group of a row, shape ``(*x.shape[:-1], ceil(K / group_size))``, row-major: for
+    [M, K] exactly the (M, ceil(K/128)) ``scale_a`` that ``scaled_mm`` takes for DeepSeek-style
+    block scaling;
+  * dynamic per tensor (``quantize_fp8(x)``): the rule over the whole array, shape (1,); four
+    launches on the returned scale (zero it, atomicMax the row maxima into it, quantize, turn
+    the amax into the scale).
 NaN elements do not enter amax (they stay NaN in q).
 
-Launch configuration: the rows run on the row engine of the norm family with its launch
-heuristic (``_rowwise.rowwise_config``): a pure function of (rows, row length, item size, SM
-count, whether 16-byte accesses apply).
+Launch configuration: the rows run on the row engine of the norm family with its heuristic
+(``_rowwise.rowwise_config``), a pure function of (rows, row length, item size, SM count,
+whether 16-byte accesses apply).
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, NamedTuple
 
 from .. import device as _device
-from ..arrays import ITEMSIZE, ArrayInfo, dtype_name, framework_of
-from ._common import (
-    Call,
-    check_disjoint,
+from ..arrays import ITEMSIZE, dtype_name
+from ._op import (
+    Args,
+    Attr,
+    Launch,
+    Meta,
+    Op,
+    Output,
+    OutSpec,
+    Tensor,
     check_dtype,
-    check_rows_disjoint,
-    finish,
-    make_plan,
-    operand,
-    output,
-    prepare,
+    parse_dtype,
+    row_layout,
     rows_view,
 )
 from ._rowwise import (
     check_eps,
     joint_layout2,
-    row_layout,
     row_layout2,
     rowwise_config,
     same_dtype,
@@ -69,6 +69,10 @@ MIN_AMAX = 1e-10  # kMinAmax in kernels/quant/quant.cuh
 _HAS_WEIGHT, _HAS_BIAS, _GEMMA, _E5M2 = 1, 2, 4, 8
 _STATIC, _PER_ROW, _AMAX, _FROM_AMAX, _ZERO, _FINAL = 0, 1, 2, 3, 4, 5
 
+_OUT_DTYPE = Attr("out_dtype", "dtype?", None)  # None: float8_e4m3fn
+_EPS = Attr("eps", "float", 1e-6)
+_GEMMA_ATTR = Attr("gemma", "bool", False)
+
 
 class Geometry(NamedTuple):
     """Rows of a launch: row r of ``cols`` elements (``tail`` for the last group of a row)
@@ -84,15 +88,12 @@ class Geometry(NamedTuple):
     res: int = 0  # residual row stride (one level)
 
 
-def _parse(op: str, arg: str, value: Any) -> str:
-    from .gemm import parse_dtype
-
-    return parse_dtype(op, arg, value)
+# --- checks (pure: they also run as torch's fake implementations) -------------------------------
 
 
 def fp8_out_dtype(op: str, x: Any, out_dtype: Any, scale: Any) -> str | None:
     """The fp8 output dtype asked for, or None for the op's own dtype (x's, checked)."""
-    dt = None if out_dtype is None else _parse(op, "out_dtype", out_dtype)
+    dt = None if out_dtype is None else parse_dtype(op, "out_dtype", out_dtype)
     if dt in FP8_MAX:
         return dt
     if scale is not None:
@@ -101,153 +102,327 @@ def fp8_out_dtype(op: str, x: Any, out_dtype: Any, scale: Any) -> str | None:
             f"got out_dtype={out_dtype!r}"
         )
     if dt is not None:
-        xdt = framework_of(x, op, "x").info(x, op, "x", 0).dtype
-        if dt != xdt:
+        try:  # the array's dtype attribute: no data access (also under torch.compile)
+            xname = parse_dtype(op, "x.dtype", x.dtype)
+        except (AttributeError, TypeError):
+            xname = None  # not a dtype we know: the op itself names it
+        if dt != xname:
             raise TypeError(
-                f"{op}: out_dtype must be {dtype_name(xdt)} (the dtype of x), float8_e4m3fn "
-                f"or float8_e5m2, got {dtype_name(dt)}"
+                f"{op}: out_dtype must be {dtype_name(xname or '?')} (the dtype of x), "
+                f"float8_e4m3fn or float8_e5m2, got {dtype_name(dt)}"
             )
     return None
 
 
-def _check_fp8_device(op: str, call: Call) -> None:
-    cc = _device.device_info(call.x.device).cc
+def _fp8(a: Args) -> str:
+    dt = a.attr("out_dtype") or "fp8_e4m3"
+    if dt not in FP8_MAX:
+        raise TypeError(
+            f"{a.op}: out_dtype must be float8_e4m3fn or float8_e5m2, got {dtype_name(dt)}"
+        )
+    return str(dt)
+
+
+def _x(a: Args) -> Meta:
+    x = a.need("x")
+    check_dtype(a.op, "x", x, IN_DTYPES)
+    if not x.shape:
+        raise ValueError(f"{a.op}: x must have at least 1 dimension, got a 0-d array")
+    return x
+
+
+def _static_scale(a: Args) -> None:
+    """A per-tensor scale: float32, one element (on x's device: the runner checks it)."""
+    if "scale" not in a.names:
+        return
+    s = a.need("scale")
+    if s.dtype != "f32":
+        raise TypeError(f"{a.op}: scale.dtype must be float32, got {dtype_name(s.dtype)}")
+    if math.prod(s.shape) != 1:
+        raise ValueError(
+            f"{a.op}: scale must hold one element (a per-tensor scale, shape () or (1,)), got "
+            f"shape {tuple(s.shape)}"
+        )
+
+
+def _dynamic(a: Args) -> bool:
+    return "scale" not in a.names
+
+
+def _norm_shapes(a: Args) -> tuple[OutSpec, ...]:
+    x = _x(a)
+    hidden = x.shape[-1]
+    row_layout(a.op, "x", x)  # one row stride (two levels: rms_norm in x's own dtype only)
+    check_eps(a.op, a.attr("eps"))
+    if "residual" in a.names:
+        r = a.need("residual")
+        same_dtype(a.op, "residual", r, x)
+        if tuple(r.shape) != tuple(x.shape):
+            raise ValueError(
+                f"{a.op}: residual.shape must be {tuple(x.shape)} (the shape of x), got "
+                f"{tuple(r.shape)}"
+            )
+        row_layout(a.op, "residual", r)
+    vector_operand(a, "weight", hidden)
+    if "bias" in a.names:
+        vector_operand(a, "bias", hidden)
+    _static_scale(a)
+    q = OutSpec(x.shape, _fp8(a))
+    return (q, OutSpec((*x.shape[:-1], 1), "f32")) if _dynamic(a) else (q,)
+
+
+def _silu_shapes(a: Args) -> tuple[OutSpec, ...]:
+    x = _x(a)
+    if x.shape[-1] % 2:
+        raise ValueError(
+            f"{a.op}: x.shape[-1] must be even (x is [..., 2d]), got shape {tuple(x.shape)}"
+        )
+    rows_view(a.op, "x", x)
+    _static_scale(a)
+    q = OutSpec((*x.shape[:-1], x.shape[-1] // 2), _fp8(a))
+    return (q, OutSpec((*x.shape[:-1], 1), "f32")) if _dynamic(a) else (q,)
+
+
+def _quantize_shapes(a: Args) -> tuple[OutSpec, ...]:
+    x = _x(a)
+    fp8 = _fp8(a)
+    _static_scale(a)
+    _, inner, _, _ = row_layout2(a.op, "x", x)
+    if _dynamic(a):
+        per_token, group = a.attr("per_token"), a.attr("group_size")
+        if group < 0:
+            raise ValueError(f"{a.op}: group_size must be >= 1, got {group}")
+        if per_token and group:
+            raise ValueError(
+                f"{a.op}: give at most one of per_token=True and group_size, got "
+                f"per_token=True, group_size={group}"
+            )
+        if group and inner > 1:
+            raise ValueError(
+                f"{a.op}: with group_size, x's leading dimensions must collapse into one row "
+                f"stride, got strides {tuple(x.strides)} for shape {tuple(x.shape)}"
+            )
+        lead = tuple(x.shape[:-1])
+        shape = (*lead, -(-x.shape[-1] // group)) if group else (*lead, 1) if per_token else (1,)
+        return OutSpec(x.shape, fp8), OutSpec(shape, "f32")
+    return (OutSpec(x.shape, fp8),)
+
+
+# --- launches --------------------------------------------------------------------------------
+
+
+def _check_fp8_device(a: Args) -> None:
+    cc = _device.device_info(a.device).cc
     if cc < (8, 9):
         raise NotImplementedError(
-            f"{op}: fp8 outputs need compute capability 8.9 or newer (hardware fp8 "
-            f"conversions), got cuda:{call.x.device} with {cc[0]}.{cc[1]}"
+            f"{a.op}: fp8 outputs need compute capability 8.9 or newer (hardware fp8 "
+            f"conversions), got cuda:{a.device} with {cc[0]}.{cc[1]}"
         )
 
 
-def _static_scale(op: str, scale: Any, call: Call) -> ArrayInfo:
-    """A per-tensor scale: float32, one element, on x's device."""
-    si = operand(op, "scale", scale, call)
-    if si.dtype != "f32":
-        raise TypeError(f"{op}: scale.dtype must be float32, got {dtype_name(si.dtype)}")
-    if math.prod(si.shape) != 1:
-        raise ValueError(
-            f"{op}: scale must hold one element (a per-tensor scale, shape () or (1,)), got "
-            f"shape {tuple(si.shape)}"
-        )
-    return si
+def _aligned(meta: Meta | None, offset_bytes: int = 0) -> bool:
+    return meta is None or (meta.align == 16 and offset_bytes % 16 == 0)
 
 
-def _flags(fp8: str, weight: bool, bias: bool, gemma: bool) -> int:
-    return ((_HAS_WEIGHT if weight else 0) | (_HAS_BIAS if bias else 0)
-            | (_GEMMA if gemma else 0) | (_E5M2 if fp8 == "fp8_e5m2" else 0))  # fmt: skip
-
-
-def launch_config(
-    g: Geometry, itemsize: int, ptrs: tuple[int, ...], sm_count: int
-) -> tuple[tuple[int, int], tuple[int, int], int]:
-    """(grid, block, vecs_per_thread) of one row launch. 16-byte accesses need what
-    ``vectorizable`` in kernels/common/ak/reduce.cuh tests: rows (and a group tail) of whole
-    packets, 16-byte aligned pointers, row and outer strides of whole packets."""
+def _vectorized(g: Geometry, itemsize: int, aligned: bool) -> bool:
+    """Mirror of ``vectorizable`` in kernels/common/ak/reduce.cuh: rows (and a group tail) of
+    whole 16-byte packets, aligned pointers, row and outer strides of whole packets."""
     v = 16 // itemsize
     strides = [g.x[0], g.out[0], g.res] + ([g.x[1], g.out[1]] if g.inner > 1 else [])
-    vec = (
-        g.cols % v == 0
+    return (
+        aligned
+        and g.cols % v == 0
         and g.tail % v == 0
-        and all(p % 16 == 0 for p in ptrs)
         and (g.rows <= 1 or all(s % v == 0 for s in strides))
     )
-    cfg = rowwise_config(g.rows, g.cols, itemsize, sm_count, vec)
-    return cfg.grid, cfg.block, cfg.vecs_per_thread
 
 
-def _run(
-    op: str,
-    call: Call,
-    out: ArrayInfo,
-    residual: ArrayInfo | None,
-    weight_ptr: int,
-    bias: ArrayInfo | None,
-    g: Geometry,
-    eps: float,
-    flags: int,
-    mode: int,
-    scale_ptr: int,
-    scale_out_ptr: int,
-) -> None:
-    """Launch ``ak_fp8_<op>_<dtype>`` over ``g``. Rows of 0 elements still get their dynamic
-    scales (the floor); a per-tensor scale of an empty array too."""
-    xi = call.x
-    symbol = f"ak_fp8_{op}_{xi.dtype}"
-    ptrs = (out.ptr, xi.ptr, residual.ptr if residual else 0, weight_ptr, bias.ptr if bias else 0)
-    sms = _device.device_info(xi.device).sm_count
-    grid, block, vpt = launch_config(g, ITEMSIZE[xi.dtype], ptrs, sms)
-
-    def plan(mode: int, grid: tuple[int, int], block: tuple[int, int]) -> Any:
-        return make_plan(FAMILY, symbol, xi.device, grid, block, *ptrs, scale_ptr, scale_out_ptr,
-                         g.rows, g.cols, g.inner, g.tail, g.x[0], g.out[0], g.res, g.x[1],
-                         g.out[1], eps, flags, mode, vpt)  # fmt: skip
-
+def _launches(
+    a: Args, kernel: str, g: Geometry, vec: bool, flags: int, ptrs: dict[str, str | None]
+) -> list[Launch]:
+    """The launches of one fp8 op over ``g``: one (static, per row), or four (per tensor, on
+    the one-element scale output). Rows of 0 elements still get their dynamic scales (the
+    floor); so does the per-tensor scale of an empty array."""
+    _check_fp8_device(a)
+    x = a.need("x")
+    cfg = rowwise_config(g.rows, g.cols, ITEMSIZE[x.dtype], a.sm_count, vec)
+    flags |= _E5M2 if _fp8(a) == "fp8_e5m2" else 0
+    symbol = f"ak_fp8_{kernel}_{x.dtype}"
+    base = {
+        "out": "out", "x": "x", **ptrs, "rows": g.rows, "hidden": g.cols, "inner": g.inner,
+        "tail": g.tail, "x_row_stride": g.x[0], "out_row_stride": g.out[0],
+        "residual_row_stride": g.res, "x_outer_stride": g.x[1], "out_outer_stride": g.out[1],
+        "eps": a.attrs.get("eps", 0.0), "flags": flags, "vecs_per_thread": cfg.vecs_per_thread,
+    }  # fmt: skip
     empty = g.rows == 0 or g.cols == 0
-    if mode == _AMAX:  # per tensor: zero the amax, reduce into it, quantize with it, finish
-        plan(_ZERO, (1, 1), (32, 1))(call.stream)
+    one = ((1, 1), (32, 1))
+    if not _dynamic(a):
+        if empty:
+            return []
+        return [Launch(symbol, cfg.grid, cfg.block, {**base, "scale": "scale", "mode": _STATIC})]
+    if kernel == "quantize" and not (a.attr("per_token") or a.attr("group_size")):
+        s = {**base, "scale": "scale"}
+        steps = [Launch(symbol, *one, {**s, "mode": _ZERO})]
         if not empty:
-            plan(_AMAX, grid, block)(call.stream)
-            plan(_FROM_AMAX, grid, block)(call.stream)
-        plan(_FINAL, (1, 1), (32, 1))(call.stream)
-    elif g.rows and not (empty and mode == _STATIC):
-        plan(mode, grid, block)(call.stream)
+            steps.append(Launch(symbol, cfg.grid, cfg.block, {**s, "mode": _AMAX}))
+            steps.append(Launch(symbol, cfg.grid, cfg.block, {**s, "mode": _FROM_AMAX}))
+        return [*steps, Launch(symbol, *one, {**s, "mode": _FINAL})]
+    if g.rows == 0:
+        return []
+    return [Launch(symbol, cfg.grid, cfg.block, {**base, "scale_out": "scale", "mode": _PER_ROW})]
 
 
-def _scales(
-    op: str, call: Call, scale: Any, si: ArrayInfo | None, lead: tuple[int, ...], groups: int | None
-) -> tuple[Any, ArrayInfo, int, int, int]:
-    """(returned scale, its info, mode, scale ptr, scale_out ptr) for a static ``scale`` (``si``
-    its checked info), or a new f32 array of ``(*lead, groups)`` dynamic scales (``groups``
-    None: per tensor, (1,)). Every argument is validated by now: the device must take fp8."""
-    _check_fp8_device(op, call)
-    if si is not None:
-        return scale, si, _STATIC, si.ptr, 0
-    shape = (1,) if groups is None else (*lead, groups)
-    res = call.x.fw.empty(call.x, shape, "f32")
-    info = _info(op, call, res, shape)
-    if groups is None:
-        return res, info, _AMAX, info.ptr, 0
-    return res, info, _PER_ROW, 0, info.ptr
+def _norm_launch(kernel: str) -> Any:
+    def launch(a: Args) -> list[Launch]:
+        x, out = a.need("x"), a.out("out")
+        hidden = x.shape[-1]
+        rows, x_rs = row_layout(a.op, "x", x)
+        o_rs = row_layout(a.op, "out", out)[1]
+        r = a["residual"] if "residual" in a.names else None
+        r_rs = row_layout(a.op, "residual", r)[1] if r is not None else 0
+        w = a["weight"]
+        b = a["bias"] if "bias" in a.names else None
+        g = Geometry(rows, hidden, 0, hidden, (x_rs, 0), (o_rs, 0), r_rs)
+        aligned = all(_aligned(m) for m in (x, out, r, w, b))
+        vec = _vectorized(g, ITEMSIZE[x.dtype], aligned)
+        flags = (_HAS_WEIGHT if w is not None else 0) | (_HAS_BIAS if b is not None else 0)
+        flags |= _GEMMA if a.attrs.get("gemma") else 0
+        ptrs = {"residual": "residual" if r is not None else None,
+                "weight": "weight" if w is not None else None,
+                "bias": "bias" if b is not None else None}  # fmt: skip
+        return _launches(a, kernel, g, vec, flags, ptrs)
+
+    return launch
 
 
-def _info(op: str, call: Call, obj: Any, shape: tuple[int, ...]) -> ArrayInfo:
-    fw = call.x.fw
-    if fw.name in ("torch", "cupy"):
-        return fw.info(obj, op, "scale", call.stream)
-    from ..arrays import contiguous_strides
-
-    return ArrayInfo(obj, obj.ptr, shape, contiguous_strides(shape), "f32", call.x.device, fw)
-
-
-def _finish_all(call: Call, allocated: bool, q: Any, scale: Any, dynamic: bool) -> tuple[Any, Any]:
-    q = finish(call, q, allocated)
-    return q, (finish(call, scale, True) if dynamic else scale)
-
-
-def _output(
-    op: str, call: Call, out: Any, shape: tuple[int, ...], fp8: str
-) -> tuple[Any, ArrayInfo]:
-    """``output`` for an fp8 result, the device's fp8 support checked before the allocation
-    (a given out= is checked in full first; ``_scales`` checks the device again)."""
-    if out is None:
-        _check_fp8_device(op, call)
-    return output(op, call, out, shape, fp8)
+def _silu_launch(a: Args) -> list[Launch]:
+    x, out = a.need("x"), a.out("out")
+    d = x.shape[-1] // 2
+    rows = math.prod(x.shape[:-1])
+    x_rows, _, x_rs = rows_view(a.op, "x", x)
+    o_rows, _, o_rs = rows_view(a.op, "out", out)
+    x_rs = x_rs if x_rows == rows else 2 * d  # contiguous: split at the last dim
+    o_rs = o_rs if o_rows == rows else d
+    g = Geometry(rows, d, 0, d, (x_rs, 0), (o_rs, 0))
+    # The kernel reads the up half at x + d of each row, through its weight slot.
+    item = ITEMSIZE[x.dtype]
+    vec = _vectorized(g, item, _aligned(x) and _aligned(out) and _aligned(x, d * item))
+    return _launches(a, "silu_and_mul", g, vec, _HAS_WEIGHT, {})
 
 
-def _start(op: str, x: Any, stream: Any) -> Call:
-    call = prepare(op, x, stream)
-    check_dtype(op, "x", call.x, IN_DTYPES)
-    if not call.x.shape:
-        raise ValueError(f"{op}: x must have at least 1 dimension, got a 0-d array")
-    return call
+def _quantize_launch(a: Args) -> list[Launch]:
+    x, out = a.need("x"), a.out("out")
+    k = x.shape[-1]
+    rows, inner, x_l, o_l = joint_layout2(a.op, x, out)
+    g = Geometry(rows, k, inner, k, x_l, o_l)
+    group = a.attrs.get("group_size", 0)
+    if group:
+        if inner > 1:
+            raise ValueError(
+                f"{a.op}: with group_size, out's leading dimensions must collapse into one row "
+                f"stride, got strides {tuple(out.strides)} for shape {tuple(out.shape)}"
+            )
+        groups = -(-k // group)
+        if groups == 0:
+            g = Geometry(0, 0, 0, 0, x_l, o_l)  # K == 0: no groups, no scales
+        elif groups > 1:  # each group is a row: (m, j) at m * row stride + j * group_size
+            g = Geometry(rows * groups, group, groups, k - (groups - 1) * group,
+                         (group, x_l[0]), (group, o_l[0]))  # fmt: skip
+    vec = _vectorized(g, ITEMSIZE[x.dtype], _aligned(x) and _aligned(out))
+    return _launches(a, "quantize", g, vec, 0, {})
+
+
+# --- declarations ----------------------------------------------------------------------------
+
+
+def _norm_ops(kernel: str, inputs: tuple[Tensor, ...], attrs: tuple[Attr, ...]) -> tuple[Op, Op]:
+    """(static, dynamic) declarations of one fp8 norm; the static one takes ``scale`` after the
+    required inputs (before the optional ones, as a schema needs)."""
+    mutated = tuple(t.name for t in inputs if t.mutated)
+    required = tuple(t for t in inputs if not t.optional)
+    optional = tuple(t for t in inputs if t.optional)
+    static = Op(
+        name=f"{kernel}_fp8",
+        family=FAMILY,
+        inputs=(*required, Tensor("scale"), *optional),
+        attrs=(*attrs, _OUT_DTYPE),
+        outputs=(Output("out"),),
+        shapes=_norm_shapes,
+        launch=_norm_launch(kernel),
+        returns=("out", *mutated),
+    )
+    dynamic = Op(
+        name=f"{kernel}_fp8_dynamic",
+        family=FAMILY,
+        inputs=inputs,
+        attrs=(*attrs, _OUT_DTYPE),
+        outputs=(Output("out"), Output("scale")),
+        shapes=_norm_shapes,
+        launch=_norm_launch(kernel),
+        returns=("out", *mutated, "scale"),
+    )
+    return static, dynamic
+
+
+NORM_OPS = {
+    "rms_norm": _norm_ops("rms_norm", (Tensor("x"), Tensor("weight")), (_EPS, _GEMMA_ATTR)),
+    "fused_add_rms_norm": _norm_ops(
+        "fused_add_rms_norm",
+        (Tensor("x"), Tensor("residual", mutated=True), Tensor("weight")),
+        (_EPS, _GEMMA_ATTR),
+    ),
+    "layer_norm": _norm_ops(
+        "layer_norm",
+        (Tensor("x"), Tensor("weight", optional=True), Tensor("bias", optional=True)),
+        (Attr("eps", "float", 1e-5),),
+    ),
+}
+SILU_AND_MUL_FP8 = Op(
+    name="silu_and_mul_fp8",
+    family=FAMILY,
+    inputs=(Tensor("x"), Tensor("scale")),
+    attrs=(_OUT_DTYPE,),
+    outputs=(Output("out"),),
+    shapes=_silu_shapes,
+    launch=_silu_launch,
+)
+SILU_AND_MUL_FP8_DYNAMIC = Op(
+    name="silu_and_mul_fp8_dynamic",
+    family=FAMILY,
+    inputs=(Tensor("x"),),
+    attrs=(_OUT_DTYPE,),
+    outputs=(Output("out"), Output("scale")),
+    shapes=_silu_shapes,
+    launch=_silu_launch,
+    returns=("out", "scale"),
+)
+QUANTIZE_FP8_STATIC = Op(
+    name="quantize_fp8_static",
+    family=FAMILY,
+    inputs=(Tensor("x"), Tensor("scale")),
+    attrs=(_OUT_DTYPE,),
+    outputs=(Output("out"),),
+    shapes=_quantize_shapes,
+    launch=_quantize_launch,
+)
+QUANTIZE_FP8 = Op(
+    name="quantize_fp8",
+    family=FAMILY,
+    inputs=(Tensor("x"),),
+    attrs=(_OUT_DTYPE, Attr("per_token", "bool", False), Attr("group_size", "int", 0)),
+    outputs=(Output("out"), Output("scale")),
+    shapes=_quantize_shapes,
+    launch=_quantize_launch,
+    returns=("out", "scale"),
+)
+
+
+# --- public calls ------------------------------------------------------------------------------
 
 
 def norm_fp8(
     op: str,
-    x: Any,
-    residual: Any,
-    weight: Any,
-    bias: Any,
+    arrays: tuple[Any, ...],
     eps: Any,
     gemma: Any,
     fp8: str,
@@ -255,87 +430,24 @@ def norm_fp8(
     out: Any,
     stream: Any,
 ) -> Any:
-    """rms_norm / fused_add_rms_norm / layer_norm with an fp8 output (see the norm module):
-    ``(q, scale)``, for fused_add_rms_norm ``(q, residual, scale)`` (x is not written)."""
-    if not isinstance(gemma, bool):
-        raise TypeError(f"{op}: gemma must be a bool, got {type(gemma).__name__}")
-    call = _start(op, x, stream)
-    xi = call.x
-    hidden = xi.shape[-1]
-    rows, x_rs = row_layout(op, "x", xi)
-    ri = None
-    r_rs = 0
-    if residual is not None:
-        ri = operand(op, "residual", residual, call)
-        same_dtype(op, "residual", ri, xi)
-        if not ri.fw.mutable:
-            raise TypeError(
-                f"{op}: residual must be a mutable array (the op writes it in place), got an "
-                f"immutable {ri.fw.name} array"
-            )
-        if tuple(ri.shape) != tuple(xi.shape):
-            raise ValueError(
-                f"{op}: residual.shape must be {tuple(xi.shape)} (the shape of x), got "
-                f"{tuple(ri.shape)}"
-            )
-        _, r_rs = row_layout(op, "residual", ri)
-        check_rows_disjoint(op, "residual", rows, hidden, r_rs)
-        check_disjoint(op, "residual", ri, "x", xi)
-    wi = None if weight is None and op == "layer_norm" else vector_operand(
-        op, "weight", weight, call, hidden)  # fmt: skip
-    bi = None if bias is None else vector_operand(op, "bias", bias, call, hidden)
-    eps_f = check_eps(op, eps)
-    si = None if scale is None else _static_scale(op, scale, call)
-    if si is not None and ri is not None:
-        check_disjoint(op, "residual", ri, "scale", si)
-    res, oi = _output(op, call, out, tuple(xi.shape), fp8)
-    o_rs = hidden
-    if out is not None:
-        _, o_rs = row_layout(op, "out", oi)
-        check_rows_disjoint(op, "out", rows, hidden, o_rs)
-        for name, info in (("x", xi), ("residual", ri), ("weight", wi), ("bias", bi)):
-            if info is not None:
-                check_disjoint(op, "out", oi, name, info)
-    if ri is not None:
-        for name, info in (("weight", wi), ("bias", bi)):
-            if info is not None:
-                check_disjoint(op, "residual", ri, name, info)
-    sc, _, mode, s_ptr, s_out = _scales(op, call, scale, si, tuple(xi.shape[:-1]), 1)
-    g = Geometry(rows, hidden, 0, hidden, (x_rs, 0), (o_rs, 0), r_rs)
-    flags = _flags(fp8, wi is not None, bi is not None, gemma)
-    _run(op, call, oi, ri, wi.ptr if wi else 0, bi, g, eps_f, flags, mode, s_ptr, s_out)
-    q, scale_res = _finish_all(call, out is None, res, sc, mode != _STATIC)
-    if residual is not None:
-        return q, residual, scale_res
-    return q, scale_res
+    """rms_norm / fused_add_rms_norm / layer_norm (``arrays`` as their inputs) with an fp8
+    output: ``(q, scale)``, for fused_add_rms_norm ``(q, residual, scale)`` (x not written)."""
+    static, dynamic = NORM_OPS[op]
+    attrs: dict[str, Any] = {"eps": eps, "out_dtype": fp8}
+    if op != "layer_norm":
+        attrs["gemma"] = gemma
+    if scale is None:
+        return dynamic(*arrays, out=out, stream=stream, **attrs)
+    given = dict(zip((t.name for t in dynamic.inputs), arrays, strict=True), scale=scale)
+    res = static(*(given[t.name] for t in static.inputs), out=out, stream=stream, **attrs)
+    return (*res, scale) if isinstance(res, tuple) else (res, scale)
 
 
 def silu_and_mul_fp8(x: Any, fp8: str, scale: Any, out: Any, stream: Any) -> Any:
     """``silu(x[..., :d]) * x[..., d:]`` quantized to fp8: ``(q, scale)``."""
-    op = "silu_and_mul"
-    call = _start(op, x, stream)
-    xi = call.x
-    if xi.shape[-1] % 2:
-        raise ValueError(
-            f"{op}: x.shape[-1] must be even (x is [..., 2d]), got shape {tuple(xi.shape)}"
-        )
-    d = xi.shape[-1] // 2
-    rows = math.prod(xi.shape[:-1])
-    x_rows, _, x_rs = rows_view(op, "x", xi)
-    x_rs = x_rs if x_rows == rows else 2 * d  # contiguous: split at the last dim
-    si = None if scale is None else _static_scale(op, scale, call)
-    res, oi = _output(op, call, out, (*xi.shape[:-1], d), fp8)
-    o_rs = d
-    if out is not None:
-        o_rows, _, o_rs = rows_view(op, "out", oi)
-        o_rs = o_rs if o_rows == rows else d
-        check_rows_disjoint(op, "out", rows, d, o_rs)
-        check_disjoint(op, "out", oi, "x", xi)
-    sc, _, mode, s_ptr, s_out = _scales(op, call, scale, si, tuple(xi.shape[:-1]), 1)
-    g = Geometry(rows, d, 0, d, (x_rs, 0), (o_rs, 0))
-    up = xi.ptr + d * ITEMSIZE[xi.dtype]  # the up half rides in the weight slot, per row
-    _run(op, call, oi, None, up, None, g, 0.0, _flags(fp8, True, False, False), mode, s_ptr, s_out)
-    return _finish_all(call, out is None, res, sc, mode != _STATIC)
+    if scale is None:
+        return SILU_AND_MUL_FP8_DYNAMIC(x, out=out, stream=stream, out_dtype=fp8)
+    return SILU_AND_MUL_FP8(x, scale, out=out, stream=stream, out_dtype=fp8), scale
 
 
 def quantize_fp8(
@@ -366,7 +478,7 @@ def quantize_fp8(
         ``group_size=128`` on [M, K] gives ``scaled_mm``'s 1x128 block ``scale_a``.
     out_dtype : ``float8_e4m3fn`` (default) or ``float8_e5m2``
     out : CUDA array, optional
-        Result buffer of x's shape and out_dtype.
+        Result buffer of x's shape and out_dtype (static scale only).
     stream : int or stream object, optional
 
     Returns
@@ -374,56 +486,16 @@ def quantize_fp8(
     (q, scale): q in out_dtype; scale the given one (static) or a new float32 array.
     """
     op = "quantize_fp8"
-    fp8 = _parse(op, "out_dtype", out_dtype)
-    if fp8 not in FP8_MAX:
-        raise TypeError(
-            f"{op}: out_dtype must be float8_e4m3fn or float8_e5m2, got {dtype_name(fp8)}"
-        )
-    if not isinstance(per_token, bool):
-        raise TypeError(f"{op}: per_token must be a bool, got {type(per_token).__name__}")
-    if group_size is not None and (
-        isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral)
-    ):
-        raise TypeError(f"{op}: group_size must be an int or None, got {type(group_size).__name__}")
-    if group_size is not None and group_size < 1:
+    if isinstance(group_size, int) and not isinstance(group_size, bool) and group_size < 1:
         raise ValueError(f"{op}: group_size must be >= 1, got {group_size}")
-    picked = sum((scale is not None, per_token, group_size is not None))
-    if picked > 1:
-        raise ValueError(
-            f"{op}: give at most one of scale (static), per_token=True and group_size, got "
-            f"scale={'set' if scale is not None else None}, per_token={per_token}, "
-            f"group_size={group_size}"
-        )
-    call = _start(op, x, stream)
-    xi = call.x
-    k = xi.shape[-1]
-    lead = tuple(xi.shape[:-1])
-    _, x_inner, _, _ = row_layout2(op, "x", xi)
-    if group_size is not None and x_inner > 1:
-        raise ValueError(
-            f"{op}: with group_size, x's leading dimensions must collapse into one row "
-            f"stride, got strides {tuple(xi.strides)} for shape {tuple(xi.shape)}"
-        )
-    si = None if scale is None else _static_scale(op, scale, call)
-    res, oi = _output(op, call, out, tuple(xi.shape), fp8)
-    rows, inner, x_l, o_l = joint_layout2(op, xi, oi, out is None)
-    groups = None if not (per_token or group_size) else 1
-    g = Geometry(rows, k, inner, k, x_l, o_l)
-    if group_size is not None:
-        if inner > 1:
+    if scale is not None:
+        if per_token is not False or group_size is not None:
             raise ValueError(
-                f"{op}: with group_size, out's leading dimensions must collapse into one row "
-                f"stride, got strides {tuple(oi.strides)} for shape {tuple(oi.shape)}"
+                f"{op}: give at most one of scale (static), per_token=True and group_size, got "
+                f"scale, per_token={per_token!r}, group_size={group_size!r}"
             )
-        groups = -(-k // group_size)
-        if groups == 0:
-            g = Geometry(0, 0, 0, 0, x_l, o_l)  # K == 0: no groups, no scales
-        elif groups > 1:  # each group is a row: (m, j) at m * row stride + j * group_size
-            g = Geometry(rows * groups, group_size, groups, k - (groups - 1) * group_size,
-                         (group_size, x_l[0]), (group_size, o_l[0]))  # fmt: skip
-    if out is not None and si is not None:
-        check_disjoint(op, "out", oi, "scale", si)
-    sc, _, mode, s_ptr, s_out = _scales(op, call, scale, si, lead, groups)
-    _run("quantize", call, oi, None, 0, None, g, 0.0, _flags(fp8, False, False, False), mode,
-         s_ptr, s_out)  # fmt: skip
-    return _finish_all(call, out is None, res, sc, mode != _STATIC)
+        return QUANTIZE_FP8_STATIC(x, scale, out=out, stream=stream, out_dtype=out_dtype), scale
+    group = 0 if group_size is None else group_size  # the op's attribute: 0 is none
+    res: tuple[Any, Any] = QUANTIZE_FP8(x, out=out, stream=stream, out_dtype=out_dtype,
+                                        per_token=per_token, group_size=group)  # fmt: skip
+    return res
