@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 import aotkernels as ak
+from aotkernels.ops import quant as quant_ops
+from aotkernels.ops._op import REGISTRY, Args, Meta
 from conftest import gpu_missing
 from helpers.fake_dlpack import FakeCudaArray
 
@@ -516,3 +518,103 @@ def test_bitwise_repeatable_and_on_the_callers_stream() -> None:
         q, sc = ak.quantize_fp8(x)  # four launches, all on s
     s.synchronize()
     check_fp8(q, sc, x.double(), "float8_e4m3fn", DELTA["quantize"])
+
+
+# --- CPU: launch rules (the kernel's row addressing, replayed in Python) ------------------------
+
+
+class _Args(Args):
+    sm_count = 132  # launch rules asked off the device
+
+
+def _meta(shape: tuple[int, ...], dtype: str = "bf16", strides: Any = None) -> Meta:
+    if strides is None:
+        strides, step = [], 1
+        for n in reversed(shape):
+            strides.insert(0, step)
+            step *= n
+    return Meta(tuple(shape), tuple(strides), dtype, 16)
+
+
+def _launch_of(name: str, outs: dict[str, Meta], **given: Any) -> list[Any]:
+    op = REGISTRY[name]
+    metas = {t.name: given.get(t.name) for t in op.inputs}
+    attrs = {a.name: given.get(a.name, a.default) for a in op.attrs}
+    a = _Args(op, metas, attrs, -1, outs)
+    op.shapes(a)
+    return list(op.launch(a))
+
+
+def _row_offsets(args: dict[str, Any], which: str) -> list[list[int]]:
+    """Element offsets each kernel row touches in x or out (Row::off and row_cols in
+    kernels/common/ak/reduce.cuh, kernels/quant/quant.cuh)."""
+    inner, rows = args["inner"], args["rows"]
+    stride, outer = args[f"{which}_row_stride"], args[f"{which}_outer_stride"]
+    res = []
+    for r in range(rows):
+        hi, lo = (r // inner, r % inner) if inner > 1 else (0, r)
+        cols = args["tail"] if inner > 1 and lo == inner - 1 else args["hidden"]
+        base = hi * outer + lo * stride
+        res.append([base + c for c in range(cols)])
+    return res
+
+
+@pytest.fixture
+def no_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(quant_ops, "_check_fp8_device", lambda a: None)
+
+
+@pytest.mark.parametrize(("m", "k", "group"), [(5, 200, 128), (3, 256, 128), (4, 130, 8)])
+def test_group_rows_tile_the_matrix(no_device: None, m: int, k: int, group: int) -> None:
+    """Each 1 x group is one kernel row; the rows cover [M, K] once, in scale order."""
+    x = _meta((m, k), strides=(k + 24, 1))  # a row-strided view
+    kb = math.ceil(k / group)
+    outs = {"out": _meta((m, k), "fp8_e4m3"), "scale": _meta((m, kb), "f32")}
+    (ln,) = _launch_of("quantize_fp8", outs, x=x, group_size=group)
+    a = ln.args
+    assert (a["rows"], a["hidden"], a["inner"], a["tail"]) == (m * kb, group, kb,
+                                                               k - (kb - 1) * group)  # fmt: skip
+    assert a["mode"] == 1 and a["scale_out"] == "scale" and a.get("scale") is None
+    xs, os_ = _row_offsets(a, "x"), _row_offsets(a, "out")
+    for r in range(m * kb):  # row r is group (r // kb, r % kb): scale_out[r] is scale[m, g]
+        mi, gi = divmod(r, kb)
+        cols = range(gi * group, min(k, (gi + 1) * group))
+        assert xs[r] == [mi * (k + 24) + c for c in cols]
+        assert os_[r] == [mi * k + c for c in cols]
+
+
+def test_qkv_head_rows_two_levels(no_device: None) -> None:
+    t_, h, d, width = 7, 4, 64, 64 * 8
+    x = _meta((t_, h, d), strides=(width, d, 1))
+    outs = {"out": _meta((t_, h, d), "fp8_e5m2"), "scale": _meta((t_, h, 1), "f32")}
+    (ln,) = _launch_of("quantize_fp8", outs, x=x, per_token=True, out_dtype="fp8_e5m2")
+    a = ln.args
+    assert a["inner"] == h and a["flags"] & 8  # e5m2
+    xs, os_ = _row_offsets(a, "x"), _row_offsets(a, "out")
+    for r in range(t_ * h):
+        ti, hi = divmod(r, h)
+        assert xs[r][0] == ti * width + hi * d and os_[r][0] == (ti * h + hi) * d
+
+
+def test_per_tensor_is_four_launches(no_device: None) -> None:
+    x = _meta((33, 4096))
+    outs = {"out": _meta((33, 4096), "fp8_e4m3"), "scale": _meta((1,), "f32")}
+    lns = _launch_of("quantize_fp8", outs, x=x)
+    assert [ln.args["mode"] for ln in lns] == [4, 2, 3, 5]
+    assert all(ln.args["scale"] == "scale" and not ln.args.get("scale_out") for ln in lns)
+    assert lns[0].grid[0] == 1 and lns[-1].grid[0] == 1
+    empty = _launch_of("quantize_fp8", {**outs, "out": _meta((0, 4096), "fp8_e4m3")},
+                       x=_meta((0, 4096)))  # fmt: skip
+    assert [ln.args["mode"] for ln in empty] == [4, 5]  # the floor, from nothing
+
+
+@pytest.mark.parametrize("d", [4096, 4100])
+def test_silu_reads_its_up_half_itself(no_device: None, d: int) -> None:
+    """No weight pointer: the kernel reads x + d of each row (weight flag set, rows of d)."""
+    x = _meta((9, 2 * d))
+    (ln,) = _launch_of("silu_and_mul_fp8", {"out": _meta((9, d), "fp8_e4m3")}, x=x,
+                       scale=_meta((1,), "f32"))  # fmt: skip
+    a = ln.args
+    assert a.get("weight") is None and a["flags"] & 1 and a["hidden"] == d
+    assert a["x_row_stride"] == 2 * d and a["out_row_stride"] == d and a["mode"] == 0
+    assert a["scale"] == "scale" and a["x"] == "x" and a["out"] == "out"

@@ -1,6 +1,8 @@
 """Gated activations: ``out[..., :d] = act(x[..., :d]) * x[..., d:2d]`` (SwiGLU, GeGLU).
 
 f32 / f16 / bf16; x is [..., 2d] with a contiguous last dimension, rows may be strided.
+``<op>_backward(grad, x)`` gives the gradient of x ([..., 2d]) from the gradient of the
+output ([..., d]); torch autograd through the forward ops runs them.
 """
 
 from __future__ import annotations
@@ -10,10 +12,23 @@ from collections.abc import Callable
 from typing import Any
 
 from ..arrays import ITEMSIZE
+from ._backward import gated_backward_launch, gated_backward_shapes
 from ._elementwise import elementwise_config
-from ._op import Args, Attr, Launch, Op, Output, OutSpec, Tensor, check_dtype, rows_view
+from ._op import (
+    Args,
+    Attr,
+    Backward,
+    BackwardCtx,
+    Launch,
+    Op,
+    Output,
+    OutSpec,
+    Tensor,
+    check_dtype,
+    rows_view,
+)
 
-__all__ = ["gelu_and_mul", "silu_and_mul"]
+__all__ = ["gelu_and_mul", "gelu_and_mul_backward", "silu_and_mul", "silu_and_mul_backward"]
 
 FAMILY = "gated"
 DTYPES = ("f32", "f16", "bf16")
@@ -56,6 +71,16 @@ def _launcher(kernel: Callable[[Args], str]) -> Callable[[Args], list[Launch]]:
     return launch
 
 
+def _grad_fn(name: str) -> Backward:
+    """x's gradient through ``<name>_backward(grad, x, **attrs)`` (a contiguous grad: autograd
+    may hand over broadcast ones)."""
+
+    def fn(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
+        return {"x": _BACKWARD[name](grads[0].contiguous(), ctx.saved["x"], **ctx.attrs)}
+
+    return Backward(saved=("x",), fn=fn)
+
+
 def _gated(name: str, attrs: tuple[Attr, ...], kernel: Callable[[Args], str]) -> Op:
     return Op(
         name=name,
@@ -65,6 +90,7 @@ def _gated(name: str, attrs: tuple[Attr, ...], kernel: Callable[[Args], str]) ->
         outputs=(Output("out"),),
         shapes=_shapes,
         launch=_launcher(kernel),
+        backward=_grad_fn(name),
     )
 
 
@@ -97,3 +123,68 @@ def silu_and_mul(
 def gelu_and_mul(x: Any, approximate: str = "none", *, out: Any = None, stream: Any = None) -> Any:
     """``gelu(x[..., :d]) * x[..., d:]`` (exact or tanh GELU); returns [..., d]."""
     return GELU_AND_MUL(x, approximate=approximate, out=out, stream=stream)
+
+
+# --- backward ----------------------------------------------------------------------------------
+
+
+def _backward_shapes(a: Args) -> tuple[OutSpec, ...]:
+    if "approximate" in a.attrs and a.attr("approximate") not in _APPROXIMATE:
+        raise ValueError(
+            f"{a.op}: approximate must be 'none' or 'tanh', got {a.attr('approximate')!r}"
+        )
+    return gated_backward_shapes(a)
+
+
+def _gated_backward(name: str, attrs: tuple[Attr, ...], kernel: Callable[[Args], str]) -> Op:
+    return Op(
+        name=f"{name}_backward",
+        family=FAMILY,
+        inputs=(Tensor("grad"), Tensor("x")),
+        attrs=attrs,
+        outputs=(Output("out", inplace_of="x"),),
+        shapes=_backward_shapes,
+        launch=lambda a: gated_backward_launch(a, kernel(a)),
+    )
+
+
+SILU_AND_MUL_BACKWARD = _gated_backward("silu_and_mul", (), lambda a: "silu_and_mul")
+GELU_AND_MUL_BACKWARD = _gated_backward(
+    "gelu_and_mul",
+    (Attr("approximate", "str", "none"),),
+    lambda a: _APPROXIMATE[a.attr("approximate")],
+)
+
+
+def silu_and_mul_backward(grad: Any, x: Any, *, out: Any = None, stream: Any = None) -> Any:
+    """The gradient of ``silu_and_mul`` at x: with ``g, u = x[..., :d], x[..., d:]``,
+    ``out[..., :d] = grad * u * silu'(g)`` and ``out[..., d:] = grad * silu(g)``.
+
+    Parameters
+    ----------
+    grad : CUDA array, float32 / float16 / bfloat16, shape [..., d]
+        The gradient of silu_and_mul's output, x's dtype.
+    x : CUDA array, shape [..., 2d]
+        silu_and_mul's input. Both may be strided by rows (last dimension contiguous).
+    out : CUDA array, optional
+        Result buffer of x's shape and dtype; may be x itself (in place).
+    stream : int or stream object, optional
+        Defaults to the current stream of x's framework.
+
+    Returns
+    -------
+    The gradient of x, [..., 2d] (``out`` when given), f32 math rounded once to x's dtype.
+    """
+    return SILU_AND_MUL_BACKWARD(grad, x, out=out, stream=stream)
+
+
+def gelu_and_mul_backward(
+    grad: Any, x: Any, approximate: str = "none", *, out: Any = None, stream: Any = None
+) -> Any:
+    """The gradient of ``gelu_and_mul`` at x: ``out[..., :d] = grad * u * gelu'(g)``,
+    ``out[..., d:] = grad * gelu(g)`` (exact or tanh GELU). Arguments as
+    :func:`silu_and_mul_backward`."""
+    return GELU_AND_MUL_BACKWARD(grad, x, approximate=approximate, out=out, stream=stream)
+
+
+_BACKWARD = {"silu_and_mul": silu_and_mul_backward, "gelu_and_mul": gelu_and_mul_backward}

@@ -9,6 +9,12 @@ the fp8 quantization of the result into the store (``aotkernels.ops.quant``). An
 rows up to 128 KiB (64 KiB for fused_add_rms_norm, whose residual loads need the registers)
 stay in registers (one read, one write); longer rows are streamed twice (three times for
 layer_norm) from global memory.
+
+``rms_norm_backward`` / ``layer_norm_backward`` give the gradients of x, weight (and bias),
+mean and rstd recomputed from x; torch autograd through ``rms_norm`` / ``layer_norm`` runs them.
+dweight / dbias are column sums over the rows, bitwise repeatable (two launches: per-row-group
+partial sums into a hidden workspace, then a fixed-order sum); hidden sizes up to 16384
+(16-bit) / 8192 (f32).
 """
 
 from __future__ import annotations
@@ -16,9 +22,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..arrays import ITEMSIZE
+from ._backward import norm_backward_launch, norm_workspace_shape
 from ._op import (
     Args,
     Attr,
+    Backward,
+    BackwardCtx,
     Launch,
     Meta,
     Op,
@@ -38,7 +47,13 @@ from ._rowwise import (
     vectorizable,
 )
 
-__all__ = ["fused_add_rms_norm", "layer_norm", "rms_norm"]
+__all__ = [
+    "fused_add_rms_norm",
+    "layer_norm",
+    "layer_norm_backward",
+    "rms_norm",
+    "rms_norm_backward",
+]
 
 FAMILY = "norm"
 DTYPES = ("f32", "f16", "bf16")
@@ -104,6 +119,16 @@ def _norm_launch(a: Args, kernel: str, written: str, residual: str | None) -> li
     return [Launch(f"ak_{kernel}_{x.dtype}", cfg.grid, cfg.block, args)]
 
 
+def _rms_norm_grad(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
+    """Through rms_norm_backward (a contiguous grad: autograd may broadcast it). Gemma's
+    (1 + weight) is an ordinary weight to the backward: dx takes it (rounded once to the weight
+    dtype), and d/dweight equals d/d(1 + weight)."""
+    s = ctx.saved
+    w = s["weight"] + 1 if ctx.attr("gemma") else s["weight"]
+    dx, dw = rms_norm_backward(grads[0].contiguous(), s["x"], w, eps=ctx.attr("eps"))
+    return {"x": dx, "weight": dw}
+
+
 RMS_NORM = Op(
     name="rms_norm",
     family=FAMILY,
@@ -112,6 +137,7 @@ RMS_NORM = Op(
     outputs=(Output("out", inplace_of="x"),),
     shapes=_norm_shapes,
     launch=lambda a: _norm_launch(a, "rms_norm", "out", None),
+    backward=Backward(saved=("x", "weight"), fn=_rms_norm_grad),
 )
 
 
@@ -140,6 +166,15 @@ FUSED_ADD_RMS_NORM = Op(
     returns=("x", "residual"),
 )
 
+
+def _layer_norm_grad(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
+    """Through layer_norm_backward (a contiguous grad: autograd may broadcast it)."""
+    s = ctx.saved
+    w, b = s["weight"], s["bias"]
+    dx, dw, db = layer_norm_backward(grads[0].contiguous(), s["x"], w, b, eps=ctx.attr("eps"))
+    return {"x": dx, "weight": dw if w is not None else None, "bias": db if b is not None else None}
+
+
 LAYER_NORM = Op(
     name="layer_norm",
     family=FAMILY,
@@ -148,6 +183,63 @@ LAYER_NORM = Op(
     outputs=(Output("out", inplace_of="x"),),
     shapes=_norm_shapes,
     launch=lambda a: _norm_launch(a, "layer_norm", "out", None),
+    backward=Backward(saved=("x", "weight", "bias"), fn=_layer_norm_grad),
+)
+
+
+# --- backward ----------------------------------------------------------------------------------
+
+
+def _backward_shapes(a: Args) -> tuple[OutSpec, ...]:
+    """[out (dx), dweight, dbias (layer_norm only), ws]: dweight / dbias are (hidden,) when the
+    weight / bias is given, else (0,); ws is the hidden f32 workspace of their partial sums."""
+    x, hidden = _check_x(a)
+    g = a.need("grad")
+    same_dtype(a.op, "grad", g, x)
+    if tuple(g.shape) != tuple(x.shape):
+        raise ValueError(
+            f"{a.op}: grad.shape must be {tuple(x.shape)} (the shape of x), got {tuple(g.shape)}"
+        )
+    row_layout(a.op, "grad", g)
+    w = vector_operand(a, "weight", hidden)
+    b = vector_operand(a, "bias", hidden) if "bias" in a.names else None
+    ws = norm_workspace_shape(a.op, hidden, x.dtype, w is not None, b is not None)
+    specs = [OutSpec(x.shape, x.dtype), OutSpec((hidden,) if w is not None else (0,), x.dtype)]
+    if "bias" in a.names:
+        specs.append(OutSpec((hidden,) if b is not None else (0,), x.dtype))
+    return (*specs, OutSpec(ws, "f32"))
+
+
+RMS_NORM_BACKWARD = Op(
+    name="rms_norm_backward",
+    family=FAMILY,
+    inputs=(Tensor("grad"), Tensor("x"), Tensor("weight")),
+    attrs=(_EPS,),
+    outputs=(Output("out", inplace_of="grad"), Output("dweight"), Output("ws", hidden=True)),
+    shapes=_backward_shapes,
+    launch=lambda a: norm_backward_launch(a, "rms_norm_backward"),
+    returns=("out", "dweight"),
+)
+
+LAYER_NORM_BACKWARD = Op(
+    name="layer_norm_backward",
+    family=FAMILY,
+    inputs=(
+        Tensor("grad"),
+        Tensor("x"),
+        Tensor("weight", optional=True),
+        Tensor("bias", optional=True),
+    ),
+    attrs=(Attr("eps", "float", 1e-5),),
+    outputs=(
+        Output("out", inplace_of="grad"),
+        Output("dweight"),
+        Output("dbias"),
+        Output("ws", hidden=True),
+    ),
+    shapes=_backward_shapes,
+    launch=lambda a: norm_backward_launch(a, "layer_norm_backward"),
+    returns=("out", "dweight", "dbias"),
 )
 
 
@@ -295,3 +387,67 @@ def layer_norm(
             return _quant().norm_fp8("layer_norm", (x, weight, bias), eps, False, fp8, scale,
                                      out, stream)  # fmt: skip
     return LAYER_NORM(x, weight, bias, eps=eps, out=out, stream=stream)
+
+
+def rms_norm_backward(
+    grad: Any, x: Any, weight: Any, eps: float = 1e-6, *, stream: Any = None
+) -> tuple[Any, Any]:
+    """The gradients of ``rms_norm(x, weight, eps)``: with ``rstd = rsqrt(mean(x**2) + eps)``
+    per row,
+
+    ``dx = rstd * weight * grad - x * rstd**3 * mean(x * weight * grad)`` and
+    ``dweight = sum over rows of grad * x * rstd``.
+
+    Parameters
+    ----------
+    grad : CUDA array, float32 / float16 / bfloat16, shape [..., hidden]
+        The gradient of rms_norm's output; x's shape and dtype.
+    x : CUDA array, shape [..., hidden], hidden <= 16384 (16-bit) / 8192 (f32)
+        rms_norm's input. Both may be strided by rows (last dimension contiguous).
+    weight : CUDA array, shape (hidden,), x's dtype, contiguous.
+    eps : float
+        As given to rms_norm (rstd is recomputed from x).
+    stream : int or stream object, optional
+        Defaults to the current stream of x's framework.
+
+    Returns
+    -------
+    (dx, dweight) in x's dtype: f32 math, rounded once. dweight is bitwise repeatable for the
+    same shapes on any GPU.
+    """
+    res: tuple[Any, Any] = RMS_NORM_BACKWARD(grad, x, weight, eps=eps, stream=stream)
+    return res
+
+
+def layer_norm_backward(
+    grad: Any,
+    x: Any,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+    *,
+    stream: Any = None,
+) -> tuple[Any, Any, Any]:
+    """The gradients of ``layer_norm(x, weight, bias, eps)``: with per-row mean, ``rstd =
+    rsqrt(var + eps)``, ``xhat = (x - mean) * rstd`` and ``g = weight * grad``,
+
+    ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))``,
+    ``dweight = sum over rows of grad * xhat`` and ``dbias = sum over rows of grad``.
+
+    Parameters
+    ----------
+    grad, x : as for :func:`rms_norm_backward`.
+    weight : CUDA array of shape (hidden,), optional (absent: 1, and dweight is empty).
+    bias : CUDA array of shape (hidden,), optional: only its presence matters (absent: dbias is
+        empty).
+    eps : float
+        As given to layer_norm.
+    stream : int or stream object, optional
+
+    Returns
+    -------
+    (dx, dweight, dbias) in x's dtype; dweight / dbias have shape (0,) where the weight / bias
+    is absent. f32 math, rounded once; dweight and dbias bitwise repeatable.
+    """
+    res: tuple[Any, Any, Any] = LAYER_NORM_BACKWARD(grad, x, weight, bias, eps=eps, stream=stream)
+    return res

@@ -2,7 +2,8 @@
 
 Rows may be strided (``x[:, :h]``) and start at any element; the last dimension must be
 contiguous. Rows up to 128 KiB stay in registers; longer rows are streamed three times (max, sum,
-store).
+store). ``softmax_backward(grad, y)`` gives ``y * (grad - sum(grad * y))``; torch autograd
+through ``softmax`` runs it.
 """
 
 from __future__ import annotations
@@ -10,10 +11,23 @@ from __future__ import annotations
 from typing import Any
 
 from ..arrays import ITEMSIZE
-from ._op import Args, Attr, Launch, Op, Output, OutSpec, Tensor, check_dtype, row_layout
+from ._backward import softmax_backward_launch, softmax_backward_shapes
+from ._op import (
+    Args,
+    Attr,
+    Backward,
+    BackwardCtx,
+    Launch,
+    Op,
+    Output,
+    OutSpec,
+    Tensor,
+    check_dtype,
+    row_layout,
+)
 from ._rowwise import rowwise_config, vectorizable
 
-__all__ = ["softmax"]
+__all__ = ["softmax", "softmax_backward"]
 
 FAMILY = "softmax"
 DTYPES = ("f32", "f16", "bf16")
@@ -52,6 +66,11 @@ def _launch(a: Args) -> list[Launch]:
     return [Launch(f"ak_softmax_{x.dtype}", cfg.grid, cfg.block, args)]
 
 
+def _grad(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
+    """x's gradient from the saved output (a contiguous grad: autograd may broadcast it)."""
+    return {"x": softmax_backward(grads[0].contiguous(), ctx.saved["out"], dim=ctx.attr("dim"))}
+
+
 SOFTMAX = Op(
     name="softmax",
     family=FAMILY,
@@ -60,6 +79,17 @@ SOFTMAX = Op(
     outputs=(Output("out", inplace_of="x"),),
     shapes=_shapes,
     launch=_launch,
+    backward=Backward(saved=("out",), fn=_grad),
+)
+
+SOFTMAX_BACKWARD = Op(
+    name="softmax_backward",
+    family=FAMILY,
+    inputs=(Tensor("grad"), Tensor("y")),
+    attrs=(Attr("dim", "int", -1),),
+    outputs=(Output("out", inplace_of="grad"),),
+    shapes=softmax_backward_shapes,
+    launch=softmax_backward_launch,
 )
 
 
@@ -87,3 +117,31 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None, stream: Any = None) -> An
     The probabilities (``out`` when given), in x's dtype and framework.
     """
     return SOFTMAX(x, dim=dim, out=out, stream=stream)
+
+
+def softmax_backward(
+    grad: Any, y: Any, dim: int = -1, *, out: Any = None, stream: Any = None
+) -> Any:
+    """``out = y * (grad - sum(grad * y, dim))``: the gradient of ``softmax`` at its input, from
+    its output ``y = softmax(x)`` and the gradient of that output.
+
+    Parameters
+    ----------
+    grad : CUDA array, float32 / float16 / bfloat16
+        The gradient of softmax's output; y's shape and dtype.
+    y : CUDA array
+        softmax's output. Both may be strided by rows (last dimension contiguous).
+    dim : int
+        Must name the last dimension, as for :func:`softmax`.
+    out : CUDA array, optional
+        Result buffer of y's shape and dtype; may be grad itself (in place).
+    stream : int or stream object, optional
+        Defaults to the current stream of y's framework.
+
+    Returns
+    -------
+    The gradient of x (``out`` when given): f32 math (the row sum is a fixed-order tree, so
+    results are bitwise repeatable), rounded once to y's dtype. NaN anywhere in a row of grad
+    or y makes that row NaN.
+    """
+    return SOFTMAX_BACKWARD(grad, y, dim=dim, out=out, stream=stream)
