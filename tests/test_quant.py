@@ -132,6 +132,14 @@ def test_fp8_out_checked(op: str) -> None:
             call(x, out=_x(oshape, "float8_e4m3fn", ptr=0x900000), **kw)
 
 
+def test_dynamic_scales_take_no_out() -> None:
+    """Two results (q and the scales): out= is for the static-scale calls."""
+    with pytest.raises(TypeError, match=r"rms_norm_fp8_dynamic: out= is not supported"):
+        ak.rms_norm(_x(), _w(), out_dtype="float8_e4m3fn", out=_x(dtype="float8_e4m3fn"))
+    with pytest.raises(TypeError, match=r"quantize_fp8: out= is not supported"):
+        ak.quantize_fp8(_x(), per_token=True, out=_x(dtype="float8_e4m3fn", ptr=0x900000))
+
+
 def test_quantize_arguments_checked() -> None:
     op = "quantize_fp8"
     x = _x()
@@ -454,8 +462,9 @@ def test_strided_rows_and_out_poisoned(dtype: str, h: int) -> None:
     y = rms_ref(x, w)
     out_base = torch.full((19, h + 5), 0x7F, device="cuda", dtype=torch.uint8)
     out = out_base.view(torch.float8_e4m3fn)[:, 2 : h + 2]
-    q, s = ak.rms_norm(x, w, out_dtype=fp8, out=out)
-    assert q is out
+    scale = (y.abs().max() / FP8[fp8]).float().reshape(1)  # out= takes static scales
+    q, s = ak.rms_norm(x, w, out_dtype=fp8, scale=scale, out=out)
+    assert q is out and s is scale
     check_fp8(out, s, y, fp8, DELTA["norm"], _norm_abs(y))
     assert (out_base[:, :2] == 0x7F).all() and (out_base[:, h + 2 :] == 0x7F).all()
     for view in (base[::2, :h], x.view(19, 1, h)):
