@@ -627,3 +627,35 @@ def test_silu_reads_its_up_half_itself(no_device: None, d: int) -> None:
     assert a.get("weight") is None and a["flags"] & 1 and a["hidden"] == d
     assert a["x_row_stride"] == 2 * d and a["out_row_stride"] == d and a["mode"] == 0
     assert a["scale"] == "scale" and a["x"] == "x" and a["out"] == "out"
+
+
+def test_fake_impls_for_torch_compile() -> None:
+    """What torch.compile sees of the fp8 ops: output shapes and dtypes from the declarations,
+    nothing run (torch's fake tensors, no GPU needed)."""
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from aotkernels import _torch
+
+    _torch.register()
+    bf, f32, e4, e5 = torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2
+    ops = torch.ops.aotkernels
+
+    def t(*shape: int, dtype: Any = bf) -> Any:
+        return torch.empty(*shape, device="cuda", dtype=dtype)
+
+    def sig(res: Any) -> list[tuple[tuple[int, ...], Any]]:
+        return [(tuple(r.shape), r.dtype) for r in (res if isinstance(res, tuple) else (res,))]
+
+    with FakeTensorMode():
+        assert sig(ops.rms_norm_fp8(t(6, 16), t(16), t(1, dtype=f32))) == [((6, 16), e4)]
+        assert sig(ops.rms_norm_fp8_dynamic(t(2, 6, 16), t(16), out_dtype=e5)) == [
+            ((2, 6, 16), e5), ((2, 6, 1), f32)]  # fmt: skip
+        assert sig(ops.fused_add_rms_norm_fp8_dynamic(t(6, 16), t(6, 16), t(16))) == [
+            ((6, 16), e4), ((6, 1), f32)]  # fmt: skip
+        assert sig(ops.layer_norm_fp8(t(3, 8), t(1, dtype=f32), None, None)) == [((3, 8), e4)]
+        assert sig(ops.silu_and_mul_fp8_dynamic(t(4, 10))) == [((4, 5), e4), ((4, 1), f32)]
+        assert sig(ops.quantize_fp8(t(5, 300), None, False, 128)) == [
+            ((5, 300), e4), ((5, 3), f32)]  # fmt: skip
+        assert sig(ops.quantize_fp8(t(5, 300))) == [((5, 300), e4), ((1,), f32)]
+        assert sig(ops.quantize_fp8_static(t(5, 300), t(1, dtype=f32))) == [((5, 300), e4)]
