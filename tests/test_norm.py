@@ -650,3 +650,27 @@ def test_qk_norm_on_fused_qkv_views(
                      dtype=hm.dtype).transpose(0, 1)  # fmt: skip
     rms_norm(hm, wq, out=out)
     _check(out, rms_norm_ref(hm, wq))
+
+
+def test_qk_norm_launch_rule() -> None:
+    """rms_norm on q of a fused QKV buffer: one launch over T * H rows whose offsets are
+    (r // H) * token stride + (r % H) * D (kernels/common/ak/reduce.cuh, Row::off), written to a
+    contiguous [T, H, D] out; Gemma sets flags bit 2."""
+    from aotkernels.ops._op import REGISTRY, Args, Meta
+
+    class _Args(Args):
+        sm_count = 132
+
+    t_, h, d, width = 5, 3, 128, 128 * 7
+    x = Meta((t_, h, d), (width, d, 1), "bf16", 16)
+    out = Meta((t_, h, d), (h * d, d, 1), "bf16", 16)
+    w = Meta((d,), (1,), "bf16", 16)
+    op = REGISTRY["rms_norm"]
+    a = _Args(op, {"x": x, "weight": w}, {"eps": 1e-6, "gemma": True}, -1, {"out": out})
+    op.shapes(a)
+    (ln,) = op.launch(a)
+    args = ln.args
+    assert (args["rows"], args["inner"], args["x_row_stride"], args["x_outer_stride"]) == (
+        t_ * h, h, d, width)  # fmt: skip
+    assert (args["out_row_stride"], args["out_outer_stride"]) == (d, h * d)
+    assert args["flags"] == 1 | 4

@@ -546,12 +546,25 @@ def _meta(shape: tuple[int, ...], dtype: str = "bf16", strides: Any = None) -> M
 
 
 def _launch_of(name: str, outs: dict[str, Meta], **given: Any) -> list[Any]:
+    """The launches of op ``name``; each names only parameters of its family and pointers of
+    the op's arrays (what the runner binds on a GPU)."""
+    from aotkernels.arch_matrix import load_matrix
+    from conftest import ROOT
+
     op = REGISTRY[name]
     metas = {t.name: given.get(t.name) for t in op.inputs}
     attrs = {a.name: given.get(a.name, a.default) for a in op.attrs}
     a = _Args(op, metas, attrs, -1, outs)
     op.shapes(a)
-    return list(op.launch(a))
+    launches = list(op.launch(a))
+    params = dict(load_matrix(ROOT / "arch_matrix.toml").families[op.family].params)
+    arrays = {t.name for t in op.inputs} | {o.name for o in op.outputs}
+    for ln in launches:
+        assert set(ln.args) <= set(params), set(ln.args) - set(params)
+        for field, value in ln.args.items():
+            if params[field] == "ptr":
+                assert value is None or value in arrays, (field, value)
+    return launches
 
 
 def _row_offsets(args: dict[str, Any], which: str) -> list[list[int]]:
@@ -659,3 +672,27 @@ def test_fake_impls_for_torch_compile() -> None:
             ((5, 300), e4), ((5, 3), f32)]  # fmt: skip
         assert sig(ops.quantize_fp8(t(5, 300))) == [((5, 300), e4), ((1,), f32)]
         assert sig(ops.quantize_fp8_static(t(5, 300), t(1, dtype=f32))) == [((5, 300), e4)]
+
+
+@pytest.mark.parametrize(
+    "name", ["rms_norm_fp8", "fused_add_rms_norm_fp8_dynamic", "layer_norm_fp8_dynamic"]
+)
+def test_norm_launch_rules(no_device: None, name: str) -> None:
+    x = _meta((19, 4096), strides=(4200, 1))
+    given: dict[str, Any] = {"x": x, "weight": _meta((4096,))}
+    outs = {"out": _meta((19, 4096), "fp8_e4m3")}
+    if name.startswith("fused"):
+        given["residual"] = _meta((19, 4096))
+    if name.startswith("layer"):
+        given["bias"] = _meta((4096,))
+    if name.endswith("dynamic"):
+        outs["scale"] = _meta((19, 1), "f32")
+    else:
+        given["scale"] = _meta((1,), "f32")
+    (ln,) = _launch_of(name, outs, **given)
+    a = ln.args
+    assert (a["rows"], a["hidden"], a["x_row_stride"], a["out_row_stride"]) == (19, 4096, 4200,
+                                                                               4096)  # fmt: skip
+    assert a["mode"] == (1 if name.endswith("dynamic") else 0)
+    assert a["residual_row_stride"] == (4096 if name.startswith("fused") else 0)
+    assert (a["flags"] & 2 != 0) == name.startswith("layer")
