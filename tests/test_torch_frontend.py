@@ -36,11 +36,29 @@ def test_every_op_is_registered() -> None:
     [
         ("relu", "relu(Tensor x) -> Tensor"),
         ("gelu", 'gelu(Tensor x, str approximate="none") -> Tensor'),
-        ("rms_norm", "rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor"),
+        (
+            "rms_norm",
+            "rms_norm(Tensor x, Tensor weight, float eps=1e-06, bool gemma=False) -> Tensor",
+        ),
         (
             "fused_add_rms_norm",
             "fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor weight, "
-            "float eps=1e-06) -> ()",
+            "float eps=1e-06, bool gemma=False) -> ()",
+        ),
+        (
+            "rms_norm_fp8",
+            "rms_norm_fp8(Tensor x, Tensor weight, Tensor scale, float eps=1e-06, "
+            "bool gemma=False, ScalarType? out_dtype=None) -> Tensor",
+        ),
+        (
+            "fused_add_rms_norm_fp8_dynamic",
+            "fused_add_rms_norm_fp8_dynamic(Tensor x, Tensor(a!) residual, Tensor weight, "
+            "float eps=1e-06, bool gemma=False, ScalarType? out_dtype=None) -> (Tensor, Tensor)",
+        ),
+        (
+            "quantize_fp8",
+            "quantize_fp8(Tensor x, ScalarType? out_dtype=None, bool per_token=False, "
+            "int group_size=0) -> (Tensor, Tensor)",
         ),
         (
             "layer_norm",

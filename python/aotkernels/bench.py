@@ -8,6 +8,11 @@ Subcommands:
   norm         rms_norm, fused_add_rms_norm, layer_norm, softmax vs torch's own op (F.rms_norm,
                F.layer_norm, torch.softmax), the eager formula and torch.compile of it, on
                16384 x {1024, 4096, 8192} and decode-like {1, 32, 256} x {4096, 8192}
+  quant        fp8 (e4m3) outputs: rms_norm / fused_add_rms_norm / layer_norm / silu_and_mul with
+               a static or per-token scale and quantize_fp8 (static, per token, per tensor,
+               1x128 groups) vs the two-op torch sequence (torch's op, then scale, clamp and
+               .to(float8)) and torch.compile of it, on 16384 x {4096, 8192} and {1, 256} x 4096
+               (--quick: 16384 x 4096); TB/s and the fraction of copy bandwidth (a copy of x)
   jax          host cost of one call under jax.jit: ak.silu / ak.rms_norm (one XLA FFI custom
                call each) beside the jnp formula under jit; eager JAX calls through the FFI path
                beside jnp eager and the DLPack path (launch, then a host synchronisation) that
@@ -379,6 +384,131 @@ def bench_norm(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "vs_compile": t_comp / t_ours if t_comp else None,
                     "vs_best_torch": best / t_ours,
                     "of_copy": tbs / copy_tbs,
+                })  # fmt: skip
+            xs.clear()
+            rs.clear()
+            torch.cuda.empty_cache()
+    return rows
+
+
+# fp8 quantization ------------------------------------------------------------------------------
+
+QUANT_SHAPES = ((16384, 4096), (16384, 8192), (256, 4096), (1, 4096))
+FP8_E4M3_MAX = 448.0
+
+
+def _quant_cases(torch: Any, eps: float = 1e-6) -> dict[str, Any]:
+    """name -> (ours, torch two-op sequence, bytes moved(rows, cols, itemsize)); every callable
+    takes (x, residual, weight, bias, static scale)."""
+    import torch.nn.functional as F
+
+    import aotkernels as ak
+
+    e4m3, m = torch.float8_e4m3fn, FP8_E4M3_MAX
+
+    def static(y: Any, s: Any) -> Any:
+        return (y.float() / s).clamp(-m, m).to(e4m3)
+
+    def dynamic(y: Any, dims: Any = -1) -> tuple[Any, Any]:
+        yf = y.float()
+        amax = yf.abs().amax() if dims is None else yf.abs().amax(dims, keepdim=True)
+        s = amax.clamp_min(1e-10) / m
+        return (yf / s).clamp(-m, m).to(e4m3), s
+
+    def group(y: Any, g: int = 128) -> tuple[Any, Any]:
+        r, k = y.shape
+        q, s = dynamic(y.view(r, k // g, g))
+        return q.view(r, k), s.view(r, k // g)
+
+    def rms(x: Any, w: Any) -> Any:
+        return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+    def fused(x: Any, r: Any, w: Any, s: Any) -> Any:
+        r.add_(x)
+        return static(rms(r, w), s), r
+
+    def silu_mul(x: Any) -> Any:
+        d = x.shape[-1] // 2
+        return F.silu(x[..., :d]) * x[..., d:]
+
+    def moved(per_elem_in: int, out_ratio: float = 1.0, scales: str = "") -> Any:
+        def f(rows: int, cols: int, size: int) -> int:
+            extra = {"row": 4 * rows, "group": 4 * rows * (cols // 128)}.get(scales, 0)
+            return int(rows * cols * (per_elem_in * size + out_ratio)) + extra
+
+        return f
+
+    fp8 = "float8_e4m3fn"
+    return {
+        "rms_norm static": (lambda x, r, w, b, s: ak.rms_norm(x, w, eps, out_dtype=fp8, scale=s),
+                            lambda x, r, w, b, s: static(rms(x, w), s), moved(1)),
+        "rms_norm per-token": (lambda x, r, w, b, s: ak.rms_norm(x, w, eps, out_dtype=fp8),
+                               lambda x, r, w, b, s: dynamic(rms(x, w)), moved(1, 1, "row")),
+        "fused_add_rms_norm static": (
+            lambda x, r, w, b, s: ak.fused_add_rms_norm(x, r, w, eps, out_dtype=fp8, scale=s),
+            lambda x, r, w, b, s: fused(x, r, w, s), moved(3)),
+        "layer_norm static": (
+            lambda x, r, w, b, s: ak.layer_norm(x, w, b, 1e-5, out_dtype=fp8, scale=s),
+            lambda x, r, w, b, s: static(F.layer_norm(x, (x.shape[-1],), w, b, 1e-5), s),
+            moved(1)),
+        "silu_and_mul static": (lambda x, r, w, b, s: ak.silu_and_mul(x, out_dtype=fp8, scale=s),
+                                lambda x, r, w, b, s: static(silu_mul(x), s), moved(1, 0.5)),
+        "silu_and_mul per-token": (lambda x, r, w, b, s: ak.silu_and_mul(x, out_dtype=fp8),
+                                   lambda x, r, w, b, s: dynamic(silu_mul(x)),
+                                   moved(1, 0.5, "row")),
+        "quantize static": (lambda x, r, w, b, s: ak.quantize_fp8(x, s),
+                            lambda x, r, w, b, s: static(x, s), moved(1)),
+        "quantize per-token": (lambda x, r, w, b, s: ak.quantize_fp8(x, per_token=True),
+                               lambda x, r, w, b, s: dynamic(x), moved(1, 1, "row")),
+        "quantize per-tensor": (lambda x, r, w, b, s: ak.quantize_fp8(x),
+                                lambda x, r, w, b, s: dynamic(x, None), moved(1)),
+        "quantize group128": (lambda x, r, w, b, s: ak.quantize_fp8(x, group_size=128),
+                              lambda x, r, w, b, s: group(x), moved(1, 1, "group")),
+    }  # fmt: skip
+
+
+def _time_quant(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> float:
+    """Median ms of ``fn(x, residual, weight, bias, scale)``, rotating through the input sets."""
+    xs, rs, w, b, scale = inputs
+    return time_gpu(lambda i: fn(xs[i % len(xs)], rs[i % len(rs)], w, b, scale))
+
+
+def bench_quant(args: argparse.Namespace) -> list[dict[str, Any]]:
+    torch = _torch()
+    cases = _quant_cases(torch)
+    ops = [o for o in cases if not args.ops or o.split()[0] in args.ops.split(",")]
+    rows: list[dict[str, Any]] = []
+    for dtype_name in _dtypes(args, list(FLOAT_DTYPES), ("bf16",)):
+        dtype = getattr(torch, FLOAT_DTYPES[dtype_name])
+        size = torch.finfo(dtype).bits // 8
+        for shape in QUANT_SHAPES[:1] if args.quick else QUANT_SHAPES:
+            nbytes = shape[0] * shape[1] * size
+            sets = max(1, min(16, L2_ROTATE_BYTES // (3 * nbytes)))
+            xs = [torch.randn(shape, device="cuda", dtype=dtype) for _ in range(sets)]
+            rs = [torch.randn(shape, device="cuda", dtype=dtype) for _ in range(sets)]
+            w = torch.rand(shape[1], device="cuda", dtype=dtype) + 0.5
+            b = torch.randn(shape[1], device="cuda", dtype=dtype)
+            scale = torch.full((1,), 6.0 / FP8_E4M3_MAX, device="cuda")
+            dst = torch.empty_like(xs[0])
+            copy_tbs = 2 * nbytes / rotating(dst.copy_, xs) / 1e9
+            for op in ops:
+                ours, seq, nbytes_of = cases[op]
+                mv = nbytes_of(shape[0], shape[1], size)
+
+                inputs = (xs, rs, w, b, scale)
+                t_ours = _time_quant(ours, inputs)
+                t_seq = _time_quant(seq, inputs)
+                t_comp = None
+                if not args.no_compile:
+                    t_comp = _time_quant(torch.compile(seq, dynamic=False), inputs)
+                tbs = mv / t_ours / 1e9
+                rows.append({
+                    "op": op, "dtype": dtype_name, "shape": list(shape), "ours_TBps": tbs,
+                    "torch_seq_TBps": mv / t_seq / 1e9,
+                    "compile_TBps": mv / t_comp / 1e9 if t_comp else None,
+                    "copy_TBps": copy_tbs, "of_copy": tbs / copy_tbs,
+                    "vs_torch_seq": t_seq / t_ours,
+                    "vs_compile": t_comp / t_ours if t_comp else None,
                 })  # fmt: skip
             xs.clear()
             rs.clear()
@@ -930,6 +1060,7 @@ SUITES = (
     "launch",
     "elementwise",
     "norm",
+    "quant",
     "gemm",
     "attention",
     "compiled",
@@ -938,6 +1069,7 @@ SUITES = (
     "all",
 )
 SUITE_DTYPES = {"elementwise": tuple(FLOAT_DTYPES), "norm": tuple(FLOAT_DTYPES),
+                "quant": tuple(FLOAT_DTYPES),
                 "gemm": GEMM_DTYPES, "attention": ATTN_DTYPES, "compiled": ("bf16",),
                 "backward": ("bf16",)}  # fmt: skip
 
@@ -974,7 +1106,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", help="comma-separated ops (elementwise)")
     ap.add_argument(
         "--dtypes",
-        help="comma-separated: bf16,f16,f32 (elementwise, norm; default bf16,f32), "
+        help="comma-separated: bf16,f16,f32 (elementwise, norm; default bf16,f32; quant: "
+        "default bf16), "
         "bf16,f16,fp8,int8 (gemm; default all four)",
     )
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile anchor")
@@ -984,7 +1117,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--quick",
         action="store_true",
-        help="gemm: squares 4096, 8192 and M {16, 1024} x (N, K) {(4096, 4096), (14336, 4096)}",
+        help="gemm: squares 4096, 8192 and M {16, 1024} x (N, K) {(4096, 4096), (14336, 4096)}; "
+        "quant: 16384 x 4096 only",
     )
     ap.add_argument("--reps", type=int, default=50, help="gemm: timed calls per round (2 rounds)")
     ap.add_argument(
@@ -995,6 +1129,7 @@ def main(argv: list[str] | None = None) -> int:
     torch = _torch()
     if args.ops:  # each suite runs the ops it knows; a name no suite knows is a typo
         known = {*_elementwise_cases(torch), *_norm_cases(torch)}
+        known |= {name.split()[0] for name in _quant_cases(torch)}
         unknown = sorted(set(args.ops.split(",")) - known)
         if unknown:
             ap.error(f"--ops: unknown {unknown} (known: {sorted(known)})")
@@ -1013,6 +1148,9 @@ def main(argv: list[str] | None = None) -> int:
         _print(results["norm"], "norm / softmax bandwidth (TB/s) and ratios")
         if args.chart:
             chart(results["norm"], args.chart, f"norm and softmax on {results['device']}")
+    if args.what in ("quant", "all"):
+        results["quant"] = bench_quant(args)
+        _print(results["quant"], "fp8-quantizing ops: bandwidth (TB/s) and ratios")
     if args.what in ("gemm", "all"):
         results["gemm_method"] = {
             "reps_per_round": args.reps, "rounds": 2, "fp8_use_fast_accum": args.fast_accum,

@@ -22,6 +22,7 @@ from .norm import (
     rms_norm,
     rms_norm_backward,
 )
+from .quant import quantize_fp8
 from .softmax import softmax, softmax_backward
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "layer_norm",
     "layer_norm_backward",
     "matmul",
+    "quantize_fp8",
     "relu",
     "relu_backward",
     "rms_norm",
