@@ -6,6 +6,7 @@ from .activation import gelu, relu, sigmoid, silu
 from .gated import gelu_and_mul, silu_and_mul
 from .gemm import matmul, scaled_mm
 from .norm import fused_add_rms_norm, layer_norm, rms_norm
+from .rope import rope
 from .softmax import softmax
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "matmul",
     "relu",
     "rms_norm",
+    "rope",
     "scaled_mm",
     "sigmoid",
     "silu",

@@ -265,13 +265,16 @@ def remember(
     *,
     allocated: bool,
     written: tuple[int, ...] = (0,),
+    may_alias: bool = True,
 ) -> None:
     """Cache ``plan`` for the torch fast path (``key`` None: nothing to cache).
 
     ``slots`` are the arrays in the kernel's pointer order, out first. The fast path allocates
     as the torch adapter did (``Framework.empty``): like x for a contiguous x of out's shape,
     else ``new_empty``. When the op writes memory the caller passed in, every hit re-checks
-    that the written ranges overlap nothing else (pointers change between calls).
+    that the written ranges overlap nothing else (pointers change between calls); ``may_alias``
+    False forbids even an exact alias of slots 0 and 1 (ops whose two written arrays must
+    differ).
     """
     if key is None:
         return
@@ -284,7 +287,7 @@ def remember(
         None if like_x else tuple(out.shape),
         tuple(_extent(s) for s in slots) if checks else None,
         written,
-        tuple(out.strides) == tuple(x.strides),
+        may_alias and tuple(out.strides) == tuple(x.strides),
     )
     if len(_PLANS) >= _MAX_PLANS:
         _PLANS.clear()
