@@ -48,7 +48,7 @@ _DLPACK_DTYPES = {(2, 32): "f32", (2, 16): "f16", (4, 16): "bf16", (0, 8): "int8
                   (12, 8): "fp8_e5m2"}  # fmt: skip
 _DLPACK_CODES = {v: k for k, v in _DLPACK_DTYPES.items()}
 _CAI_DTYPES = {"<f4": "f32", "<f2": "f16", "|i1": "int8", "<i4": "int32", "<i8": "int64",
-               "<f8": "f64"}
+               "<f8": "f64"}  # fmt: skip
 _KDLCUDA = 2
 _DLPACK_DEVICES = {
     1: "cpu",
