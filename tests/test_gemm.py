@@ -210,7 +210,6 @@ def test_scaled_mm_rejects_operand_dtype(no_launch: None, dtype: str) -> None:
     [
         ("matmul", "bfloat16", "float16"),
         ("matmul", "float16", "float32"),
-        ("scaled_mm", "float8_e4m3fn", "float8_e5m2"),
         ("scaled_mm", "int8", "float8_e4m3fn"),
     ],
 )
@@ -219,6 +218,27 @@ def test_rejects_mismatched_dtypes(no_launch: None, op: str, da: str, db: str) -
     _, b = _ab(dtype=db)
     with pytest.raises(TypeError, match=rf"{op}: b.dtype must equal a.dtype \({da}\), got {db}"):
         getattr(ak, op)(a, b, out_dtype="float32")
+
+
+@pytest.mark.parametrize(("da", "db"), [("float8_e4m3fn", "int8"), ("float8_e5m2", "bfloat16")])
+def test_fp8_takes_only_fp8_partners(no_launch: None, da: str, db: str) -> None:
+    a, _ = _ab(dtype=da, layout="kk")
+    _, b = _ab(dtype=db, layout="kk")
+    with pytest.raises(
+        TypeError,
+        match=rf"scaled_mm: b.dtype must equal a.dtype \({da}\) or the other fp8 type, got {db}",
+    ):
+        ak.scaled_mm(a, b, out_dtype="float32")
+
+
+@pytest.mark.parametrize(
+    ("da", "db"), [("float8_e4m3fn", "float8_e5m2"), ("float8_e5m2", "float8_e4m3fn")]
+)
+def test_mixed_fp8_passes_validation(no_launch: None, da: str, db: str) -> None:
+    a, _ = _ab(dtype=da, layout="kk")
+    _, b = _ab(dtype=db, layout="kk")
+    with pytest.raises(_Reached):
+        ak.scaled_mm(a, b, out_dtype="bfloat16")
 
 
 def test_rejects_shape_mismatch(no_launch: None) -> None:
@@ -233,18 +253,63 @@ def test_rejects_shape_mismatch(no_launch: None) -> None:
         ak.scaled_mm(_m((4, 8), "int8"), _m((7, 5), "int8", ptr=B_PTR), out_dtype="int32")
 
 
+@pytest.mark.parametrize(("arg", "shape"), [("a", (8,)), ("a", ()), ("b", (8,)), ("b", ())])
+def test_matmul_rejects_under_2d(no_launch: None, arg: str, shape: tuple[int, ...]) -> None:
+    a, b = _ab()
+    bad = FakeCudaArray(shape, "bfloat16", ptr=0x9000000)
+    want = "[..., M, K]" if arg == "a" else "[..., K, N]"
+    with pytest.raises(
+        ValueError,
+        match=rf"matmul: {arg} must be at least 2-D {re.escape(want)}, got shape "
+        + re.escape(str(shape)),
+    ):
+        ak.matmul(bad if arg == "a" else a, bad if arg == "b" else b)
+
+
 @pytest.mark.parametrize(
     ("arg", "shape"), [("a", (2, 4, 8)), ("a", (8,)), ("a", ()), ("b", (8,)), ("b", (1, 8, 5))]
 )
-def test_rejects_non_2d(no_launch: None, arg: str, shape: tuple[int, ...]) -> None:
-    a, b = _ab()
-    bad = FakeCudaArray(shape, "bfloat16", ptr=0x9000000)
+def test_scaled_mm_rejects_non_2d(no_launch: None, arg: str, shape: tuple[int, ...]) -> None:
+    a, b = _ab(dtype="int8", layout="kk")
+    bad = FakeCudaArray(shape, "int8", ptr=0x9000000)
     want = "[M, K]" if arg == "a" else "[K, N]"
     with pytest.raises(
         ValueError,
-        match=rf"matmul: {arg} must be 2-D {re.escape(want)}, got shape " + re.escape(str(shape)),
+        match=rf"scaled_mm: {arg} must be 2-D {re.escape(want)}, got shape "
+        + re.escape(str(shape)),
     ):
-        ak.matmul(bad if arg == "a" else a, bad if arg == "b" else b)
+        ak.scaled_mm(bad if arg == "a" else a, bad if arg == "b" else b, out_dtype="int32")
+
+
+def test_matmul_rejects_unbroadcastable_batches(no_launch: None) -> None:
+    a = FakeCudaArray((3, 4, 8), "bfloat16", ptr=A_PTR)
+    b = FakeCudaArray((2, 8, 5), "bfloat16", ptr=B_PTR)
+    with pytest.raises(
+        ValueError,
+        match=r"matmul: the batch dims of a \(3,\) and b \(2,\) must broadcast \(equal or 1\), "
+        r"got 3 against 2",
+    ):
+        ak.matmul(a, b)
+    with pytest.raises(
+        ValueError, match=r"matmul: b.shape\[-2\] must equal a.shape\[-1\] \(8\), got b.shape"
+    ):
+        ak.matmul(a, FakeCudaArray((3, 7, 5), "bfloat16", ptr=B_PTR))
+
+
+def test_matmul_rejects_bad_bias(no_launch: None) -> None:
+    a, b = _ab(m=4, n=5)
+    with pytest.raises(ValueError, match=r"matmul: bias.shape must be \(5,\), got \(4,\)"):
+        ak.matmul(a, b, bias=FakeCudaArray((4,), "bfloat16", ptr=BIAS_PTR))
+    with pytest.raises(TypeError, match=r"matmul: bias.dtype must be one of float32, got bfloat16"):
+        ak.matmul(a, b, "float32", bias=FakeCudaArray((5,), "bfloat16", ptr=BIAS_PTR))
+
+
+def test_matmul_rejects_self_overlapping_batched_out(no_launch: None) -> None:
+    a = FakeCudaArray((3, 4, 8), "bfloat16", ptr=A_PTR)
+    b = FakeCudaArray((8, 5), "bfloat16", ptr=B_PTR)
+    out = FakeCudaArray((3, 4, 5), "bfloat16", (10, 5, 1), ptr=D_PTR)
+    with pytest.raises(ValueError, match=r"matmul: out must not overlap itself, got strides"):
+        ak.matmul(a, b, out=out)
 
 
 @pytest.mark.parametrize("arg", ["a", "b"])
@@ -693,6 +758,132 @@ def test_rejects_grid_overflow(fake_gpu: FakeGpu) -> None:
     with pytest.raises(ValueError, match=r"matmul: M must be at most 8388480 on this path, got"):
         ak.matmul(*_bf16(9_000_000, 8, 7))
     assert not fake_gpu.launches
+
+
+def _batched(shape: tuple[int, ...], dtype: str = "bfloat16", ptr: int = A_PTR, **kw: Any) -> Any:
+    return FakeCudaArray(shape, dtype, ptr=ptr, **kw)
+
+
+def test_batched_contiguous_one_wgmma_launch(fake_gpu: FakeGpu) -> None:
+    """[B, M, K] @ [B, K, N]: one persistent launch over every tile of every matrix; each
+    operand's matrices fold into its TMA map's outer dimension."""
+    bsz, m, n, k = 3, 300, 200, 128
+    y = ak.matmul(_batched((bsz, m, k)), _batched((bsz, k, n), ptr=B_PTR))
+    assert y.shape == (bsz, m, n)
+    (launch,) = fake_gpu.launches
+    f = launch.fields
+    assert (f["batch"], f["a_bs"], f["b_bs"], f["d_bs"]) == (bsz, m * k, k * n, m * n)
+    assert (f["m"], f["n"], f["k"], f["lda"], f["ldb"], f["ldd"]) == (m, n, k, k, n, n)
+    assert launch.symbol == "ak_matmul_bf16_wg_64x128_kn"
+    a_map, b_map = launch.tmaps
+    assert a_map[3:5] == (k, 2 * m + m)  # K-major a: rows of the next matrices
+    assert b_map[3:5] == (n, 2 * k + k)  # N-major b: K rows (K % 64 == 0: no partial stage)
+    tiles = bsz * 5 * 2  # 64 x 128 tiles
+    assert launch.grid == (tiles, 1, 1)
+
+
+def test_batched_broadcast_b_folds_into_m(fake_gpu: FakeGpu) -> None:
+    """[B, M, K] @ [K, N] with a's matrices back to back is one GEMM of B * M rows."""
+    y = ak.matmul(_batched((4, 3, 50, 64)), _m((64, 96), ptr=B_PTR))
+    assert y.shape == (4, 3, 50, 96)
+    f = fake_gpu.last.fields
+    assert (f["m"], f["batch"], f["a_bs"], f["b_bs"], f["d_bs"]) == (600, 1, 0, 0, 0)
+
+
+def test_batched_broadcast_a_and_stride_zero(fake_gpu: FakeGpu) -> None:
+    a = _m((40, 64), ptr=A_PTR)
+    b = _batched((5, 64, 96), ptr=B_PTR)
+    ak.matmul(a, b)
+    f = fake_gpu.last.fields
+    assert (f["batch"], f["a_bs"], f["b_bs"], f["d_bs"]) == (5, 0, 64 * 96, 40 * 96)
+    expanded = _batched((5, 40, 64), strides=(0, 64, 1))  # torch's expand(): stride 0
+    ak.matmul(expanded, b)
+    assert fake_gpu.last.fields["a_bs"] == 0
+
+
+def test_batched_uncollapsible_dims_launch_per_outer_index(fake_gpu: FakeGpu) -> None:
+    """a [2, 1, M, K] x b [1, 3, K, N]: no single stride walks both dims: 2 launches of 3."""
+    m, n, k = 16, 32, 64
+    ak.matmul(_batched((2, 1, m, k)), _batched((1, 3, k, n), ptr=B_PTR))
+    assert len(fake_gpu.launches) == 2
+    for i, launch in enumerate(fake_gpu.launches):
+        f = launch.fields
+        assert (f["batch"], f["a_bs"], f["b_bs"], f["d_bs"]) == (3, 0, k * n, m * n)
+        assert launch.ptrs[:3] == (OUT_PTR + i * 3 * m * n * 2, A_PTR + i * m * k * 2, B_PTR)
+
+
+def test_batched_mma_sync_grid_z_and_chunks(
+    fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, "mma_sync")
+    bsz, m, n, k = 70000, 4, 8, 16
+    ak.matmul(_batched((bsz, m, k)), _batched((bsz, k, n), ptr=B_PTR))
+    first, second = fake_gpu.launches
+    assert first.grid == (1, 1, 65535) and second.grid == (1, 1, bsz - 65535)
+    assert first.fields["batch"] == 65535 and second.fields["batch"] == bsz - 65535
+    assert second.ptrs[:3] == (
+        OUT_PTR + 65535 * m * n * 2, A_PTR + 65535 * m * k * 2, B_PTR + 65535 * k * n * 2
+    )  # fmt: skip
+
+
+def test_batched_mn_major_partial_k_stage_takes_mma_sync(fake_gpu: FakeGpu) -> None:
+    """An N-major b whose K is not a multiple of the 64-element stage cannot fold (its last
+    stage would read the next matrix's rows); K-major operands always can."""
+    ak.matmul(_batched((2, 256, 200)), _batched((2, 200, 256), ptr=B_PTR))
+    assert fake_gpu.last.symbol.startswith("ak_matmul_bf16_mma_")
+    b_k = _batched((2, 200, 256), ptr=B_PTR, strides=(200 * 256, 1, 200))  # K-major b
+    ak.matmul(_batched((2, 256, 200)), b_k)
+    assert fake_gpu.last.symbol == "ak_matmul_bf16_wg_64x128_kk"
+
+
+def test_batched_refused_on_forced_tcgen05(
+    fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_gpu.use("sm_100a", 148)
+    monkeypatch.setenv(ENV, "tcgen05")
+    with pytest.raises(
+        NotImplementedError, match=r"matmul: AOTKERNELS_GEMM_PATH=tcgen05 takes one"
+    ):
+        ak.matmul(_batched((2, 128, 128)), _batched((2, 128, 128), ptr=B_PTR))
+    monkeypatch.delenv(ENV)
+    monkeypatch.setenv("AOTKERNELS_GEMM_TCGEN05", "1")
+    ak.matmul(_batched((2, 128, 128)), _batched((2, 128, 128), ptr=B_PTR))
+    assert fake_gpu.last.symbol.startswith("ak_matmul_bf16_mma_")  # batched skips tcgen05
+
+
+def test_matmul_bias_flag(fake_gpu: FakeGpu) -> None:
+    ak.matmul(*_bf16(64, 80, 64), bias=FakeCudaArray((80,), "bfloat16", ptr=BIAS_PTR))
+    f = fake_gpu.last.fields
+    assert f["flags"] & 4 and f["bias"] == BIAS_PTR
+
+
+@pytest.mark.parametrize(
+    ("target", "da", "db", "symbol"),
+    [
+        ("sm_90a", "float8_e4m3fn", "float8_e5m2", "ak_scaled_mm_fp8_e4m3xfp8_e5m2_wg_64x128_kk"),
+        ("sm_90a", "float8_e5m2", "float8_e4m3fn", "ak_scaled_mm_fp8_e5m2xfp8_e4m3_wg_64x128_kk"),
+        ("sm_89", "float8_e4m3fn", "float8_e5m2", "ak_scaled_mm_fp8_e4m3xfp8_e5m2_mma_64x64"),
+        ("sm_120a", "float8_e5m2", "float8_e4m3fn", "ak_scaled_mm_fp8_e5m2xfp8_e4m3_mma_64x64"),
+    ],
+)
+def test_mixed_fp8_entries(fake_gpu: FakeGpu, target: str, da: str, db: str, symbol: str) -> None:
+    fake_gpu.use(target)
+    a, _ = _ab(128, 128, 128, da, "kk")
+    _, b = _ab(128, 128, 128, db, "kk")
+    ak.scaled_mm(a, b, _f32((1,), SA_PTR), _f32((1,), SB_PTR), "bfloat16")
+    assert fake_gpu.last.symbol == symbol
+    a_map, b_map = fake_gpu.last.tmaps or [(0,) * 8, (0,) * 8]
+    assert target != "sm_90a" or (a_map[2], b_map[2]) == (0, 0)  # fp8 moves as bytes
+
+
+def test_mixed_fp8_needs_ada(fake_gpu: FakeGpu) -> None:
+    fake_gpu.use("sm_80")
+    a, _ = _ab(64, 64, 64, "float8_e4m3fn", "kk")
+    _, b = _ab(64, 64, 64, "float8_e5m2", "kk")
+    with pytest.raises(
+        NoKernelImageError, match=r"scaled_mm: no float8_e4m3fn x float8_e5m2 GEMM kernel"
+    ):
+        ak.scaled_mm(a, b, out_dtype="float32")
 
 
 # --- CPU: parse_dtype ---------------------------------------------------------------------------
