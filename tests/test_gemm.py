@@ -1695,3 +1695,200 @@ def test_compute_sanitizer_clean(tool: str) -> None:
         env={k: v for k, v in os.environ.items() if k != ENV},
     )  # fmt: skip
     assert_clean(proc, "SANITIZE_GEMM_OK")
+
+
+# --- GPU: bias, batches, mixed fp8 ----------------------------------------------------------------
+
+
+def _batch_case(case: str, dtype: str, gen: Any) -> tuple[Any, Any]:
+    """(a, b) of small integers for a named batched layout (sizes multiples of 8: TMA-legal)."""
+
+    def ints(*shape: int) -> Any:
+        return _ints(shape, dtype, gen)
+
+    if case == "batch1":
+        return ints(1, 40, 128), ints(1, 128, 56)
+    if case == "contiguous":
+        return ints(7, 72, 128), ints(7, 128, 88)
+    if case == "b_broadcast":  # [B, M, K] @ [K, N]: one GEMM of B * M rows
+        return ints(5, 3, 24, 128), ints(128, 40)
+    if case == "a_broadcast":
+        return ints(24, 128), ints(5, 128, 40)
+    if case == "expanded":  # stride-0 batch dims, as torch's expand() makes them
+        return ints(1, 24, 128).expand(6, 24, 128), ints(6, 128, 40)
+    if case == "outer_product":  # [2, 1] x [1, 3] batches: no single stride
+        return ints(2, 1, 16, 128), ints(1, 3, 128, 32)
+    if case == "b_kmajor":  # b as [B, N, K].mT (nn.Linear weights per batch)
+        return ints(4, 32, 128), ints(4, 48, 128).mT
+    if case == "a_mmajor":
+        return ints(4, 128, 32).mT, ints(4, 128, 48)
+    if case == "sliced":  # matrices of a strided out of a larger buffer: batch stride != M * K
+        big = ints(3, 40, 136)
+        return big[:, 5:37, :128], ints(3, 128, 24)
+    if case == "batch1000":
+        return ints(1000, 16, 64), ints(1000, 64, 64)
+    assert case == "odd"  # mma.sync only: nothing 16-byte aligned
+    return ints(3, 7, 127), ints(3, 127, 5)
+
+
+BATCH_CASES = ["batch1", "contiguous", "b_broadcast", "a_broadcast", "expanded", "outer_product",
+               "b_kmajor", "a_mmajor", "sliced", "batch1000", "odd"]  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", BATCH_CASES)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("path", [None, *PATHS])
+def test_batched_matmul_exact(
+    monkeypatch: pytest.MonkeyPatch, path: str | None, dtype: str, case: str
+) -> None:
+    """Small integers: every path equals torch.matmul's fp64 result rounded once, bit for bit,
+    with torch.matmul's broadcast batch shape."""
+    import torch
+
+    if path is not None:
+        monkeypatch.setenv(ENV, path)
+    if path == "wgmma":
+        _need_sm90a()
+    a, b = _batch_case(case, dtype, _gen(len(case), 11))
+    ref = torch.matmul(a.double(), b.double())
+    try:
+        y = ak.matmul(a, b)
+    except NoKernelImageError:
+        # Forced wgmma declines what TMA cannot fold: only the odd case.
+        assert path == "wgmma" and case == "odd"
+        return
+    assert y.shape == ref.shape and y.dtype == _t(dtype)
+    assert torch.equal(y, ref.float().to(_t(dtype)))
+    out = _poisoned((y.numel(), 1), _t(dtype)).view(y.shape)
+    assert ak.matmul(a, b, out=out) is out and torch.equal(out, y)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 1000])
+def test_batched_matmul_random_vs_bmm(batch: int) -> None:
+    import torch
+
+    gen = _gen(batch, 12)
+    a = torch.randn(batch, 64, 128, device="cuda", generator=gen).to(torch.bfloat16)
+    b = torch.randn(batch, 128, 96, device="cuda", generator=gen).to(torch.bfloat16)
+    y = ak.matmul(a, b)
+    ref = torch.matmul(a.double(), b.double())
+    absref = torch.matmul(a.double().abs(), b.double().abs())
+    _assert_near(y, ref, absref, "bfloat16")
+    theirs = torch.bmm(a, b)
+    bound = 2 * (OUT_ULP["bfloat16"] * ref.abs() + ACC_BOUND["bfloat16"] * absref)
+    assert ((y.double() - theirs.double()).abs() <= bound).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("out", ["same", "float32"])
+@pytest.mark.parametrize("path", [None, *PATHS])
+@pytest.mark.parametrize("shape", [(7, 33, 65), (256, 200, 128), (2, 3, 40, 128)])
+def test_matmul_bias(
+    monkeypatch: pytest.MonkeyPatch, path: str | None, dtype: str, out: str,
+    shape: tuple[int, ...],
+) -> None:  # fmt: skip
+    """Small integers plus an integer bias: exact; random values against F.linear / addmm."""
+    import torch
+    import torch.nn.functional as F
+
+    if path is not None:
+        monkeypatch.setenv(ENV, path)
+    if path == "wgmma":
+        _need_sm90a()
+    *lead, m, n, k = shape
+    odt = _t(dtype) if out == "same" else torch.float32
+    gen = _gen(*shape, 13)
+    a, b = _ints((*lead, m, k), dtype, gen), _ints((k, n), dtype, gen)
+    bias = _ints((n,), "float16", gen, -8, 8).to(odt)
+    try:
+        y = ak.matmul(a, b, None if out == "same" else odt, bias=bias)
+    except NoKernelImageError:
+        assert path == "wgmma" and 65 in shape  # odd rows are not TMA-legal
+        return
+    ref = torch.matmul(a.double(), b.double()) + bias.double()
+    assert y.dtype == odt and torch.equal(y, ref.float().to(odt))
+    if not lead:
+        ra = torch.randn(m, k, device="cuda", generator=gen).to(_t(dtype))
+        w = torch.randn(n, k, device="cuda", generator=gen).to(_t(dtype))
+        rbias = torch.randn(n, device="cuda", generator=gen).to(_t(dtype))
+        mine = ak.matmul(ra, w.t(), bias=rbias)
+        ref = ra.double() @ w.double().t() + rbias.double()
+        absref = ra.double().abs() @ w.double().abs().t() + rbias.double().abs()
+        _assert_near(mine, ref, absref, dtype)
+        bound = 2 * (OUT_ULP[dtype] * ref.abs() + ACC_BOUND[dtype] * absref)
+        for theirs in (F.linear(ra, w, rbias), torch.addmm(rbias, ra, w.t())):
+            assert ((mine.double() - theirs.double()).abs() <= bound).all()
+
+
+MIXED = [("float8_e4m3fn", "float8_e5m2"), ("float8_e5m2", "float8_e4m3fn")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("da", "db"), MIXED)
+@pytest.mark.parametrize("path", [None, *PATHS])
+@pytest.mark.parametrize(
+    "shape", MIXED_SHAPES := [(7, 33, 65), (256, 512, 1024), (1, 16, 16)], ids=_ids(MIXED_SHAPES)
+)
+def test_mixed_fp8_exact_and_random(
+    monkeypatch: pytest.MonkeyPatch, path: str | None, da: str, db: str,
+    shape: tuple[int, int, int],
+) -> None:  # fmt: skip
+    """e4m3 x e5m2 (either way round): small integers with power-of-two scales exact against
+    fp64; random values within the fp8 bound; torch._scaled_mm where this torch takes it."""
+    import torch
+
+    if path is not None:
+        monkeypatch.setenv(ENV, path)
+    if path == "wgmma":
+        _need_sm90a()
+    m, n, k = shape
+    gen = _gen(m, n, k, 14)
+    av, bv = _ints((m, k), da, gen), _ints((n, k), db, gen).t()
+    sa, sb = _pow2((), gen), _pow2((), gen)
+    try:
+        y = ak.scaled_mm(av, bv, sa, sb, "bfloat16")
+    except NoKernelImageError:
+        assert path == "wgmma" and (65 in shape or m == 1)  # not TMA-legal (see _run_forced)
+        return
+    assert torch.equal(y, _rounded(_scaled_ref(av, bv, sa, sb), torch.bfloat16))
+    ra = torch.randn(m, k, device="cuda", generator=gen).to(_t(da))
+    rb = torch.randn(n, k, device="cuda", generator=gen).to(_t(db)).t()
+    rs_a, rs_b = sa * 0.37, sb * 1.3
+    mine = ak.scaled_mm(ra, rb, rs_a, rs_b, "float32")
+    ref = _scaled_ref(ra, rb, rs_a, rs_b)
+    absref = _scaled_ref(ra.float().abs(), rb.float().abs(), rs_a, rs_b).abs()
+    _assert_near(mine, ref, absref, "float8_e4m3fn")
+    if path is None and m % 16 == 0 and n % 16 == 0 and k % 16 == 0:
+        theirs = _torch_scaled_mm(ra, rb, rs_a, rs_b, torch.float32)
+        err = (mine.double() - theirs.double()).abs()
+        assert (err <= 2 * (OUT_ULP["float32"] * ref.abs() + ACC_BOUND[da] * absref)).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", PATHS)
+def test_batch_strides_past_2_pow_31(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """a's and out's second matrices 2**31 elements on: 64-bit batch offsets on both paths."""
+    import torch
+
+    if path == "wgmma":
+        _need_sm90a()
+    need = 2 * (2**31 + 2**20) * 2
+    free, _ = torch.cuda.mem_get_info()
+    if free < need + 2**30:
+        pytest.skip(f"needs {need / 2**30:.1f} GiB of free GPU memory, {free / 2**30:.1f} free")
+    monkeypatch.setenv(ENV, path)
+    m, n, k = 64, 128, 128
+    gen = _gen(m, n, k, 15)
+    abuf = torch.zeros(2**31 + m * k, dtype=torch.bfloat16, device="cuda")
+    a = torch.as_strided(abuf, (2, m, k), (2**31, k, 1))
+    a.copy_(_ints((2, m, k), "bfloat16", gen))
+    b = _ints((2, k, n), "bfloat16", gen)
+    obuf = torch.full((2**31 + m * n,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out = torch.as_strided(obuf, (2, m, n), (2**31, n, 1))
+    ak.matmul(a, b, out=out)
+    ref = torch.matmul(a.double(), b.double()).float().to(torch.bfloat16)
+    assert torch.equal(out, ref)
+    assert bool(obuf[m * n : 2**31].isnan().all())  # nothing written between the matrices
