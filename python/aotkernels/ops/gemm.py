@@ -43,7 +43,7 @@ FAMILY = "gemm"
 MATMUL_DTYPES = ("f16", "bf16")
 SCALED_DTYPES = ("fp8_e4m3", "fp8_e5m2", "int8")
 _FP8 = ("fp8_e4m3", "fp8_e5m2")
-_MAX_GRID_Z = 65535
+_MAX_GRID_YZ = 65535  # CUDA grid.y and grid.z limit
 _OUT_CODES = {"f32": 0, "f16": 1, "bf16": 2, "int32": 3}
 # CUtensorMapDataType: UINT8 = 0 (fp8 and int8 move as bytes), FLOAT16 = 6, BFLOAT16 = 9.
 _TMA_TYPES = {"f16": 6, "bf16": 9, "fp8_e4m3": 0, "fp8_e5m2": 0, "int8": 0}
@@ -530,7 +530,8 @@ def _gemm(
         return finish(call, res, out is None)
 
     offsets, bt = _batches(op, ai, bi, oi, batch_shape)
-    if bt.b == 0 and la.major == "k" and bt.a == m * la.ld and bt.d == m * ldd:
+    fold_m = bt.b == 0 and la.major == "k" and bt.a == m * la.ld and bt.d == m * ldd
+    if fold_m and m * bt.n <= _MAX_GRID_YZ * 64:  # mma.sync: grid.y of 64-row tiles
         # [batch, M, K] rows back to back times one b: a single GEMM of batch * M rows.
         m, bt = m * bt.n, _Batch(1, 0, 0, 0)
     fam = _loader.family_on(FAMILY, ai.device)
@@ -554,7 +555,7 @@ def _gemm(
     bm, bn = int(v["bm"]), int(v["bn"])
     # mma_sync runs one matrix per grid.z (at most 65535 per launch); wgmma walks every tile of
     # every matrix from one persistent grid.
-    chunk = min(bt.n, _MAX_GRID_Z) if pick.path == "mma_sync" else bt.n
+    chunk = min(bt.n, _MAX_GRID_YZ) if pick.path == "mma_sync" else bt.n
     if pick.path == "mma_sync":
         grid = (math.ceil(n / bn), math.ceil(m / bm), chunk)
         if grid[1] > 65535:
