@@ -19,7 +19,10 @@
 #include <tuple>
 #include <vector>
 
+#include "tensor_map.h"
+
 namespace nb = nanobind;
+using aotkernels::TensorMapSpec;
 
 namespace {
 
@@ -95,16 +98,6 @@ void set_driver(uintptr_t launch, uintptr_t ctx_get, uintptr_t ctx_set, uintptr_
       reinterpret_cast<decltype(g_driver.tensor_map_encode)>(tensor_map_encode);
 }
 
-// A TMA descriptor the launch re-encodes around a fresh pointer: the operand seen as a 2-D
-// [outer, inner] array (inner = its unit-stride dimension), boxes of box_inner x box_outer
-// elements, 128-byte swizzle, zeros out of bounds (the GEMM contract in arch_matrix.toml).
-struct TensorMapSpec {
-  size_t offset;     // of the CUtensorMap in the parameter block
-  size_t ptr_index;  // which of the launch's pointers is its global address
-  int data_type;     // CUtensorMapDataType
-  uint64_t inner, outer, row_bytes;
-  unsigned box_inner, box_outer;
-};
 using TensorMapTuple =
     std::tuple<size_t, size_t, int, uint64_t, uint64_t, uint64_t, unsigned, unsigned>;
 
@@ -174,21 +167,12 @@ class LaunchPlan {
   std::vector<size_t> offsets_;
   std::vector<TensorMapSpec> maps_;
 
-  // Encoding is host-only work (no GPU call); the descriptor then travels as a kernel parameter.
   void encode(const TensorMapSpec& s) {
     void* address = nullptr;
     std::memcpy(&address, params_.data() + offsets_[s.ptr_index], sizeof(address));
-    CUtensorMap map;  // the type carries the alignment the driver wants
-    cuuint64_t dims[2] = {s.inner, s.outer};
-    cuuint64_t strides[1] = {s.row_bytes};
-    cuuint32_t box[2] = {s.box_inner, s.box_outer};
-    cuuint32_t element_strides[2] = {1, 1};
-    CUresult rc = g_driver.tensor_map_encode(
-        &map, static_cast<CUtensorMapDataType>(s.data_type), 2, address, dims, strides, box,
-        element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    CUresult rc =
+        aotkernels::encode_tensor_map(g_driver.tensor_map_encode, s, address, params_.data());
     if (rc != CUDA_SUCCESS) raise_cuda(name_ + ": cuTensorMapEncodeTiled", rc);
-    std::memcpy(params_.data() + s.offset, &map, sizeof(map));
   }
 };
 

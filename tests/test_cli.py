@@ -64,7 +64,8 @@ def _check_matrix_shape(data: dict[str, Any]) -> None:
         for key in ("ops", "dtypes", "targets", "ptx"):
             assert isinstance(f[key], list), key
     act = data["families"]["activation"]
-    assert act["ops"] == ["relu", "gelu", "gelu_tanh", "silu", "sigmoid"]
+    assert act["ops"][:5] == ["relu", "gelu", "gelu_tanh", "silu", "sigmoid"]
+    assert act["ops"][5:] == [f"{op}_backward" for op in act["ops"][:5]]
     assert act["dtypes"] == ["f32", "f16", "bf16"]
     assert act["targets"][0] == "sm_75" and "sm_120" in act["targets"]
     assert act["ptx"] == ["compute_75", "compute_120"]

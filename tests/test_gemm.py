@@ -30,7 +30,7 @@ import pytest
 import aotkernels as ak
 from aotkernels import arrays, loader
 from aotkernels.errors import NoKernelImageError
-from aotkernels.ops import gemm
+from aotkernels.ops import _op, gemm
 from helpers.fake_dlpack import FakeCudaArray
 from helpers.sanitizer import assert_clean, sanitizer_or_skip
 
@@ -58,7 +58,7 @@ def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(loader, "family_on", reached)
     monkeypatch.setattr(arrays.Framework, "empty", reached)
-    monkeypatch.setattr(gemm, "_PLANS", {})
+    monkeypatch.setattr(_op, "_PLANS", {})
     monkeypatch.delenv(ENV, raising=False)
 
 
@@ -98,7 +98,7 @@ class FakeGpu:
         monkeypatch.setattr(loader, "family_on", lambda name, dev: self.family)
         monkeypatch.setattr(arrays.Framework, "empty", self._empty)
         monkeypatch.setattr(_core, "LaunchPlan", self._plan)
-        monkeypatch.setattr(gemm, "_PLANS", {})
+        monkeypatch.setattr(_op, "_PLANS", {})
         for var in (ENV, "AOTKERNELS_GEMM_TCGEN05"):
             monkeypatch.delenv(var, raising=False)
 
@@ -118,6 +118,7 @@ class FakeGpu:
             kernels=kernels,
             variants=variants,
             params=self.struct,
+            param_fields=[tuple(p) for p in self.spec.params],
             ptr_offsets=self.ptr_offsets,
             field_offsets=self.field_offsets,
         )
@@ -131,11 +132,14 @@ class FakeGpu:
     ) -> Any:  # fmt: skip
         assert func == self.family.kernels[symbol] and ctx == 0xC0
         assert ptr_offsets == self.ptr_offsets
-        fields = dict(zip(self.names, self.struct.unpack(params), strict=True))
+        packed = dict(zip(self.names, self.struct.unpack(params), strict=True))
+        ptr_names = [name for name, ptype in self.spec.params if ptype == "ptr"]
         rec = self.launches
 
         class Plan:
             def __call__(self, stream: int, *ptrs: int) -> None:
+                # What the kernel receives: the packed block with this call's pointers patched in.
+                fields = {**packed, **dict(zip(ptr_names, ptrs, strict=False))}
                 rec.append(
                     _Launch(symbol, tuple(grid), tuple(block), smem, fields, list(tmaps), ptrs)
                 )
@@ -464,7 +468,8 @@ def test_rejects_bad_out(no_launch: None) -> None:
     ):
         ak.matmul(a, b, out=FakeCudaArray((4, 5), bf, (1, 4), ptr=D_PTR))
     with pytest.raises(
-        ValueError, match=r"matmul: out must not overlap itself, got row stride 3 for N=5"
+        ValueError,
+        match=r"matmul: out must not overlap itself, got strides \(3, 1\) for shape \(4, 5\)",
     ):
         ak.matmul(a, b, out=FakeCudaArray((4, 5), bf, (3, 1), ptr=D_PTR))
     with pytest.raises(ValueError, match=r"matmul: out must not overlap b"):
@@ -801,29 +806,31 @@ def test_batched_broadcast_a_and_stride_zero(fake_gpu: FakeGpu) -> None:
     assert fake_gpu.last.fields["a_bs"] == 0
 
 
-def test_batched_uncollapsible_dims_launch_per_outer_index(fake_gpu: FakeGpu) -> None:
-    """a [2, 1, M, K] x b [1, 3, K, N]: no single stride walks both dims: 2 launches of 3."""
+def test_batched_uncollapsible_dims_are_refused(fake_gpu: FakeGpu) -> None:
+    """a [2, 1, M, K] x b [1, 3, K, N]: no single stride walks both dims (one launch binds one
+    pointer per operand): NotImplementedError before any launch."""
     m, n, k = 16, 32, 64
-    ak.matmul(_batched((2, 1, m, k)), _batched((1, 3, k, n), ptr=B_PTR))
-    assert len(fake_gpu.launches) == 2
-    for i, launch in enumerate(fake_gpu.launches):
-        f = launch.fields
-        assert (f["batch"], f["a_bs"], f["b_bs"], f["d_bs"]) == (3, 0, k * n, m * n)
-        assert launch.ptrs[:3] == (OUT_PTR + i * 3 * m * n * 2, A_PTR + i * m * k * 2, B_PTR)
+    with pytest.raises(
+        NotImplementedError,
+        match=r"matmul: the batch dims of a \(2, 1, 16, 64\), b \(1, 3, 64, 32\) and out "
+        r"\(2, 3, 16, 32\) must collapse into one stride each",
+    ):
+        ak.matmul(_batched((2, 1, m, k)), _batched((1, 3, k, n), ptr=B_PTR))
+    assert not fake_gpu.launches
 
 
-def test_batched_mma_sync_grid_z_and_chunks(
-    fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_batched_mma_sync_grid_z(fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV, "mma_sync")
-    bsz, m, n, k = 70000, 4, 8, 16
-    ak.matmul(_batched((bsz, m, k)), _batched((bsz, k, n), ptr=B_PTR))
-    first, second = fake_gpu.launches
-    assert first.grid == (1, 1, 65535) and second.grid == (1, 1, bsz - 65535)
-    assert first.fields["batch"] == 65535 and second.fields["batch"] == bsz - 65535
-    assert second.ptrs[:3] == (
-        OUT_PTR + 65535 * m * n * 2, A_PTR + 65535 * m * k * 2, B_PTR + 65535 * k * n * 2
-    )  # fmt: skip
+    m, n, k = 4, 8, 16
+    ak.matmul(_batched((65535, m, k)), _batched((65535, k, n), ptr=B_PTR))
+    assert fake_gpu.last.grid == (1, 1, 65535) and fake_gpu.last.fields["batch"] == 65535
+    with pytest.raises(
+        NotImplementedError, match=r"matmul: a batch of at most 65535 matrices runs on the mma"
+    ):
+        ak.matmul(_batched((65536, m, k)), _batched((65536, k, n), ptr=B_PTR))
+    monkeypatch.delenv(ENV)  # wgmma walks any batch from its persistent grid
+    ak.matmul(_batched((70000, 8, 64)), _batched((70000, 64, 8), ptr=B_PTR))
+    assert fake_gpu.last.symbol.startswith("ak_matmul_bf16_wg_")
 
 
 def test_batched_mn_major_partial_k_stage_takes_mma_sync(fake_gpu: FakeGpu) -> None:
@@ -927,7 +934,7 @@ def _spellings() -> Iterator[tuple[Any, str]]:
 def test_parse_dtype_spellings() -> None:
     seen = 0
     for value, ours in _spellings():
-        assert gemm.parse_dtype("matmul", "out_dtype", value) == ours, value
+        assert _op.parse_dtype("matmul", "out_dtype", value) == ours, value
         seen += 1
     assert seen >= len(STRING_SPELLINGS) + 4
 
@@ -945,7 +952,7 @@ def test_parse_dtype_scalar_types() -> None:
             continue
         types.append((getattr(module, name), ours))
     for value, ours in types:
-        assert gemm.parse_dtype("matmul", "out_dtype", value) == ours, value
+        assert _op.parse_dtype("matmul", "out_dtype", value) == ours, value
 
 
 @pytest.mark.parametrize(
@@ -957,14 +964,14 @@ def test_parse_dtype_rejects(value: Any) -> None:
         match=r"scaled_mm: out_dtype must be a dtype such as 'float32', 'bfloat16' or "
         rf"torch.float16, got {re.escape(repr(value))}",
     ):
-        gemm.parse_dtype("scaled_mm", "out_dtype", value)
+        _op.parse_dtype("scaled_mm", "out_dtype", value)
 
 
 def test_parse_dtype_rejects_foreign_dtypes() -> None:
     np = pytest.importorskip("numpy")
     for value in (np.dtype("float64"), np.dtype("uint8"), np.dtype("complex64")):
         with pytest.raises(TypeError, match=r"matmul: out_dtype must be a dtype such as"):
-            gemm.parse_dtype("matmul", "out_dtype", value)
+            _op.parse_dtype("matmul", "out_dtype", value)
 
 
 # --- GPU: helpers -------------------------------------------------------------------------------
@@ -1117,7 +1124,7 @@ def picks(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         return pick
 
     monkeypatch.setattr(gemm, "_pick", spy)
-    monkeypatch.setattr(gemm, "_PLANS", {})
+    monkeypatch.setattr(_op, "_PLANS", {})
     monkeypatch.delenv(ENV, raising=False)
     monkeypatch.delenv("AOTKERNELS_GEMM_TCGEN05", raising=False)
     return seen
@@ -1182,7 +1189,7 @@ def test_forced_path_applies_to_cached_plans(monkeypatch: pytest.MonkeyPatch) ->
     import torch
 
     _need_sm90a()
-    monkeypatch.setattr(gemm, "_PLANS", {})
+    monkeypatch.setattr(_op, "_PLANS", {})
     monkeypatch.delenv(ENV, raising=False)
     a = torch.ones(64, 63, device="cuda", dtype=torch.bfloat16)
     b = torch.ones(63, 64, device="cuda", dtype=torch.bfloat16)

@@ -328,8 +328,8 @@ def test_every_real_family_param_layout_matches_c(matrix: Matrix) -> None:
 
 def test_real_family_param_layout(matrix: Matrix) -> None:
     fmt, size, offsets = param_layout(matrix.families["activation"].params)
-    assert size == 48 and fmt == "<QQqqqq"
-    assert [o for _, o in offsets] == [0, 8, 16, 24, 32, 40]
+    assert size == 64 and fmt == "<QQqqqqQq"
+    assert [o for _, o in offsets] == [0, 8, 16, 24, 32, 40, 48, 56]
 
 
 # --- written files ---------------------------------------------------------------------------
@@ -361,7 +361,7 @@ def test_write_plan_files(matrix: Matrix, tmp_path: Path) -> None:
     assert act["targets"] == ["sm_75", "sm_90"] and act["ptx"] == ["compute_75"]
     # nvcc order: per virtual arch in -gencode order, its PTX first, then its cubins
     assert act["images"] == [["ptx", 75, ""], ["cubin", 75, ""], ["cubin", 90, ""]]
-    assert act["param_bytes"] == 48 and act["param_format"] == "<QQqqqq"
+    assert act["param_bytes"] == 64 and act["param_format"] == "<QQqqqqQq"
     assert {"symbol": "ak_relu_bf16", "op": "relu", "dtype": "bf16"} in act["entries"]
 
     entries = (gen / "activation_entries.cu").read_text()
@@ -375,7 +375,7 @@ def test_write_plan_files(matrix: Matrix, tmp_path: Path) -> None:
     header = (gen / "activation_params.h").read_text()
     assert "struct ak_activation_params {" in header
     assert "  void* out;" in header and "  int64_t rows;" in header
-    assert 'static_assert(sizeof(ak_activation_params) == 48, "layout drift");' in header
+    assert 'static_assert(sizeof(ak_activation_params) == 64, "layout drift");' in header
     assert "static_assert(offsetof(ak_activation_params, out_row_stride) == 40" in header
 
 

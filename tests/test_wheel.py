@@ -160,16 +160,29 @@ def test_manifest_records_the_filter(manifest: dict[str, Any], wheel_families: l
         assert set(skipped.values()) == {"not in AOTKERNELS_ARCHS"}
 
 
-def test_core_does_not_link_cuda(unpacked: Path) -> None:
+def test_wheel_has_the_xla_extension(names: list[str]) -> None:
+    """The wheel is built with --no-build-isolation by this Python: with jaxlib (and so its XLA
+    FFI headers) importable here, the wheel must carry _xla."""
+    if importlib.util.find_spec("jaxlib") is None:
+        pytest.skip("jaxlib is not installed in this Python: the wheel is built without _xla")
+    xla = [n for n in names if re.fullmatch(r"aotkernels/_xla[^/]*\.(so|abi3\.so)", n)]
+    assert len(xla) == 1, names
+
+
+@pytest.mark.parametrize("module", ["_core", "_xla"])
+def test_extensions_do_not_link_cuda(unpacked: Path, module: str) -> None:
     readelf = shutil.which("readelf")
     if readelf is None:
         pytest.skip("readelf (binutils) is not installed")
-    (core,) = (unpacked / "aotkernels").glob("_core*.so")
-    r = subprocess.run([readelf, "-d", str(core)], capture_output=True, text=True, check=True)
+    found = list((unpacked / "aotkernels").glob(f"{module}*.so"))
+    if not found and module == "_xla":
+        pytest.skip("this wheel has no _xla (built without jaxlib)")
+    (ext,) = found
+    r = subprocess.run([readelf, "-d", str(ext)], capture_output=True, text=True, check=True)
     needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", r.stdout)
     assert needed, f"readelf found no NEEDED entries at all:\n{r.stdout}"
     bad = [n for n in needed if n.startswith(("libcuda.", "libcudart.", "libcuda-"))]
-    assert bad == [], f"_core links {bad}"
+    assert bad == [], f"{module} links {bad}"
 
 
 def _doctor(unpacked: Path, tmp_path: Path, arch: str) -> dict[str, Any]:

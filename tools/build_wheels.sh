@@ -94,11 +94,11 @@ for whl in "$OUT"/*.whl; do
   "$T/auditwheel" show "$whl"
   tmp=$(mktemp -d)
   python3 -m zipfile -e "$whl" "$tmp"
-  needed=$(readelf -d "$tmp"/aotkernels/_core*.so | grep NEEDED || true)
+  needed=$(readelf -d "$tmp"/aotkernels/_*.so | grep NEEDED || true)
   echo "$needed"
   rm -rf "$tmp"
   if echo "$needed" | grep -Eq 'libcuda\.so|libcudart'; then
-    echo "build_wheels.sh: $whl: _core links libcuda/libcudart" >&2; exit 1
+    echo "build_wheels.sh: $whl: an extension links libcuda/libcudart" >&2; exit 1
   fi
 done
 

@@ -9,6 +9,20 @@
 // it per dtype. weight/bias are used when their `flags` bit is set (the host passes null
 // otherwise); layer_norm's variance is the mean of (x - mean)^2 over the register-resident (or
 // re-read) row, not the cancellation-prone E[x^2] - mean^2.
+//
+// Backward (x, weight and dy = the gradient of out; mean and rstd recomputed from x):
+//   rms_norm_backward    dx = rstd * w * dy - x * rstd^3 * mean(x * w * dy)
+//                        dweight = sum over rows of dy * x * rstd
+//   layer_norm_backward  xhat = (x - mean) * rstd, g = w * dy
+//                        dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+//                        dweight = sum over rows of dy * xhat, dbias = sum over rows of dy
+// dweight / dbias are column sums over all rows, made bitwise repeatable without atomics in two
+// launches: the row kernel keeps each thread's columns' sums in registers across the rows its
+// row group visits (the row must be register-resident: N <= 2 packets per thread, so hidden <=
+// 2048 * V) and writes them once as row p = blockIdx.x * blockDim.y + threadIdx.y of the f32
+// workspace ws[2][partials][hidden] (dweight's, then dbias's, partials = gridDim.x * blockDim.y);
+// norm_reduce_cols then sums each column's partials in a fixed order and rounds once to the
+// weight dtype. The same launch shape gives the same bits.
 #pragma once
 
 #include "ak/reduce.cuh"
@@ -54,6 +68,167 @@ struct layer_norm_fn {
   }
 };
 
+// --- backward ----------------------------------------------------------------------------------
+
+// Resident per thread: N <= 2 packets of x and of dy and N * V column sums (two sets with a
+// bias), under the 64 registers of 1024-thread blocks (N = 4 took 128 registers, halving the
+// threads an SM holds). rms_norm_backward fits without spills; layer_norm_backward at N = 2
+// spills ~70 bytes in 16-bit (ptxas -v, sm_90), so the host gives it N = 1 wherever the row
+// group can grow instead. Rows of up to 2 * 1024 * V elements (16384 16-bit, 8192 f32) fit.
+
+// Partial row of this thread's row group in ws.
+__device__ __forceinline__ int64_t partial_index() {
+  return int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+}
+__device__ __forceinline__ int64_t partials() { return int64_t(gridDim.x) * blockDim.y; }
+
+template <int kSlots>
+struct rms_norm_backward_row {
+  static constexpr bool kStream = false;
+  static constexpr int kMaxN = 2;
+  static constexpr int kScalarN = 2;
+  float dw[kSlots];
+  bool has_w;
+
+  template <class A>
+  __device__ __forceinline__ explicit rms_norm_backward_row(const A& a)
+      : has_w(a.weight() != nullptr) {
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) dw[k] = 0.f;
+  }
+
+  template <class Row>
+  __device__ __forceinline__ void operator()(Row& r, float eps) {
+    float ss[rowwise::kLanes] = {}, sg[rowwise::kLanes] = {};
+    r.for_each([&](float x, float dy, float w, int lane) {
+      ss[lane] += x * x;
+      sg[lane] += x * (w * dy);
+    });
+    float v[2] = {(ss[0] + ss[1]) + (ss[2] + ss[3]), (sg[0] + sg[1]) + (sg[2] + sg[3])};
+    r.template group<Sum<2>>(v);
+    const float rstd = rsqrtf(__fdividef(v[0], r.cols()) + eps);  // as the forward
+    const float c = rstd * rstd * rstd * __fdividef(v[1], r.cols());
+    if (has_w) r.for_each_slot([&](int k, float x, float dy) { dw[k] += dy * (x * rstd); });
+    r.store([=](float x, float dy, float w) { return rstd * (w * dy) - c * x; });
+  }
+
+  template <class R, class A>
+  __device__ __forceinline__ void finish(const A& a) const {
+    if (has_w) R::write_cols(a.ws() + partial_index() * a.cols(), a.cols(), dw);
+  }
+};
+
+template <int kSlots>
+struct layer_norm_backward_row {
+  static constexpr bool kStream = false;
+  static constexpr int kMaxN = 2;
+  static constexpr int kScalarN = 2;
+  float dw[kSlots], db[kSlots];
+  bool has_w, has_b;
+
+  template <class A>
+  __device__ __forceinline__ explicit layer_norm_backward_row(const A& a)
+      : has_w(a.weight() != nullptr), has_b(a.has_bias()) {
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) dw[k] = db[k] = 0.f;
+  }
+
+  // Two reductions as the forward: the mean, then (sum (x - mean)^2, sum g, sum g (x - mean)).
+  template <class Row>
+  __device__ __forceinline__ void operator()(Row& r, float eps) {
+    float sx[rowwise::kLanes] = {};
+    r.for_each([&](float x, float, float, int lane) { sx[lane] += x; });
+    float m[1] = {(sx[0] + sx[1]) + (sx[2] + sx[3])};
+    r.template group<Sum<1>>(m);
+    const float mean = __fdividef(m[0], r.cols());
+    float sd[rowwise::kLanes] = {}, sg[rowwise::kLanes] = {}, sgd[rowwise::kLanes] = {};
+    r.for_each([&](float x, float dy, float w, int lane) {
+      const float d = x - mean;
+      const float g = w * dy;
+      sd[lane] += d * d;
+      sg[lane] += g;
+      sgd[lane] += g * d;
+    });
+    float v[3] = {(sd[0] + sd[1]) + (sd[2] + sd[3]), (sg[0] + sg[1]) + (sg[2] + sg[3]),
+                  (sgd[0] + sgd[1]) + (sgd[2] + sgd[3])};
+    r.template group<Sum<3>>(v);
+    const float rstd = rsqrtf(__fdividef(v[0], r.cols()) + eps);
+    const float mean_g = __fdividef(v[1], r.cols());
+    const float mean_gx = __fdividef(v[2], r.cols()) * rstd;  // mean(g * xhat)
+    if (has_w || has_b) {
+      r.for_each_slot([&](int k, float x, float dy) {
+        if (has_w) dw[k] += dy * ((x - mean) * rstd);
+        if (has_b) db[k] += dy;
+      });
+    }
+    r.store([=](float x, float dy, float w) {
+      return rstd * (w * dy - mean_g - ((x - mean) * rstd) * mean_gx);
+    });
+  }
+
+  template <class R, class A>
+  __device__ __forceinline__ void finish(const A& a) const {
+    const int64_t n = a.cols();
+    if (has_w) R::write_cols(a.ws() + partial_index() * n, n, dw);
+    if (has_b) R::write_cols(a.ws() + (partials() + partial_index()) * n, n, db);
+  }
+};
+
+struct rms_norm_backward_fn {
+  static constexpr bool kBackward = true;
+  template <int kSlots>
+  using Fn = rms_norm_backward_row<kSlots>;
+};
+
+struct layer_norm_backward_fn {
+  static constexpr bool kBackward = true;
+  template <int kSlots>
+  using Fn = layer_norm_backward_row<kSlots>;
+};
+
+// norm_reduce_cols: dweight[c] = sum over p of ws[0][p][c] (flags bit 0), dbias[c] = sum over p
+// of ws[1][p][c] (bit 1), for p < rows (the row kernel's partials), rounded once. Block (32, 32):
+// threadIdx.x is the column, threadIdx.y one of 32 partial lanes (lane y sums p = y, y + 32, ...
+// into four accumulators, in order); the lanes then meet in shared memory and lane 0 sums them
+// in order. blockIdx.y 0 is dweight, 1 dbias.
+struct norm_reduce_cols_fn {
+  static constexpr bool kReduceCols = true;
+};
+
+constexpr int kReduceLanes = 32;
+
+template <class T>
+__device__ __forceinline__ void reduce_cols(const ak_norm_params& p) {
+  __shared__ float part[kReduceLanes][33];  // +1: lane y's row starts in another bank
+  const bool bias = blockIdx.y == 1;
+  if (!(p.flags & (bias ? kHasBias : kHasWeight))) return;  // uniform over the block
+  const int64_t np = p.rows, n = p.hidden;
+  const float* ws = static_cast<const float*>(p.ws) + (bias ? np * n : 0);
+  T* dst = static_cast<T*>(bias ? p.dbias : p.dweight);
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t c0 = int64_t(blockIdx.x) * blockDim.x; c0 < n; c0 += step) {
+    const int64_t c = c0 + threadIdx.x;
+    float acc[4] = {};
+    if (c < n) {
+      for (int64_t q = threadIdx.y; q < np; q += 4 * kReduceLanes) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t qk = q + k * kReduceLanes;
+          if (qk < np) acc[k] += ws[qk * n + c];
+        }
+      }
+    }
+    part[threadIdx.y][threadIdx.x] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    __syncthreads();
+    if (threadIdx.y == 0 && c < n) {
+      float sum = 0.f;
+      for (int y = 0; y < int(blockDim.y); ++y) sum += part[y][threadIdx.x];
+      dst[c] = from_f32<T>(sum);
+    }
+    __syncthreads();  // part is reused by the next columns
+  }
+}
+
 // The row adapter of ak/reduce.cuh over this family's parameters (read in place).
 template <class T_, bool kAdd>
 struct Rows {
@@ -75,11 +250,27 @@ struct Rows {
   __device__ __forceinline__ int64_t x_stride() const { return p.x_row_stride; }
   __device__ __forceinline__ int64_t out_stride() const { return p.out_row_stride; }
   __device__ __forceinline__ int64_t res_stride() const { return kAdd ? p.residual_row_stride : 0; }
+  // backward
+  __device__ __forceinline__ const T* dy() const { return static_cast<const T*>(p.dy); }
+  __device__ __forceinline__ int64_t dy_stride() const { return p.dy_row_stride; }
+  __device__ __forceinline__ float* ws() const { return static_cast<float*>(p.ws); }
+  __device__ __forceinline__ bool has_bias() const { return p.flags & kHasBias; }
 };
+
+template <class Op, class = void>
+inline constexpr bool kIsReduceCols = false;
+template <class Op>
+inline constexpr bool kIsReduceCols<Op, std::void_t<decltype(Op::kReduceCols)>> = true;
 
 template <class Op, class T>
 __device__ __forceinline__ void run(const ak_norm_params& p) {
-  rowwise::run<Op>(Rows<T, Op::kAddResidual>{p}, p.vecs_per_thread, p.eps);
+  if constexpr (kIsReduceCols<Op>) {
+    reduce_cols<T>(p);
+  } else if constexpr (kIsBackward<Op>) {
+    rowwise::run_grad<Op::template Fn>(Rows<T, false>{p}, p.vecs_per_thread, p.eps);
+  } else {
+    rowwise::run<Op>(Rows<T, Op::kAddResidual>{p}, p.vecs_per_thread, p.eps);
+  }
 }
 
 }  // namespace ak::norm

@@ -3,6 +3,10 @@
 // -inf (fully masked) stores 0 (RELIABILITY.md #11), where torch.softmax gives NaN. The row is
 // register-resident up to 128 KB and streamed three times beyond (max, sum, store); see
 // ak/reduce.cuh.
+//
+// softmax_backward: from y = softmax(x) (the forward's output, passed as `x`) and dy,
+//   dx = y * (dy - sum(dy * y))        (per row; the Jacobian of softmax applied to dy)
+// with y and dy resident up to 64 KB each (N <= 4 packets per thread) and streamed twice beyond.
 #pragma once
 
 #include "ak/reduce.cuh"
@@ -56,6 +60,35 @@ struct softmax_fn {
   }
 };
 
+// One group reduction (sum of dy * y), then one store pass; no per-column state.
+template <int /*kSlots: unused*/>
+struct softmax_backward_row {
+  static constexpr bool kStream = true;
+  static constexpr int kMaxN = 4;
+  static constexpr int kScalarN = 4;
+  template <class A>
+  __device__ __forceinline__ explicit softmax_backward_row(const A&) {}
+
+  template <class Row>
+  __device__ __forceinline__ void operator()(Row& r, float) const {
+    float acc[rowwise::kLanes] = {};
+    r.for_each([&](float y, float dy, float, int lane) { acc[lane] += dy * y; });
+    float v[1] = {(acc[0] + acc[1]) + (acc[2] + acc[3])};
+    r.template group<Sum<1>>(v);
+    const float s = v[0];
+    r.store([=](float y, float dy, float) { return y * (dy - s); });
+  }
+
+  template <class R, class A>
+  __device__ __forceinline__ void finish(const A&) const {}
+};
+
+struct softmax_backward_fn {
+  static constexpr bool kBackward = true;
+  template <int kSlots>
+  using Fn = softmax_backward_row<kSlots>;
+};
+
 // The row adapter of ak/reduce.cuh over this family's parameters (read in place).
 template <class T_>
 struct Rows {
@@ -71,11 +104,17 @@ struct Rows {
   __device__ __forceinline__ int64_t x_stride() const { return p.x_row_stride; }
   __device__ __forceinline__ int64_t out_stride() const { return p.out_row_stride; }
   __device__ __forceinline__ int64_t res_stride() const { return 0; }
+  __device__ __forceinline__ const T* dy() const { return static_cast<const T*>(p.dy); }
+  __device__ __forceinline__ int64_t dy_stride() const { return p.dy_row_stride; }
 };
 
 template <class Op, class T>
 __device__ __forceinline__ void run(const ak_softmax_params& p) {
-  rowwise::run<Op>(Rows<T>{p}, p.vecs_per_thread, 0.f);
+  if constexpr (kIsBackward<Op>) {
+    rowwise::run_grad<Op::template Fn>(Rows<T>{p}, p.vecs_per_thread, 0.f);
+  } else {
+    rowwise::run<Op>(Rows<T>{p}, p.vecs_per_thread, 0.f);
+  }
 }
 
 }  // namespace ak::softmax

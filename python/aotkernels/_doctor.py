@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from . import loader
 from .errors import AotKernelsError
 from .select import choose_image, format_version
 
-__all__ = ["distribution", "min_driver", "parse_cc", "report"]
+__all__ = ["distribution", "jax_support", "min_driver", "parse_cc", "report"]
 
 # Oldest Linux driver of each CUDA major (CUDA release notes, minor-version compatibility):
 # a wheel whose manifest says driver_floor "13.0" needs R580, "12.0" R525.
@@ -38,6 +39,27 @@ def distribution() -> str:
         if init.parent == here:
             return str(dist.metadata["Name"])
     return "aotkernels (source)"
+
+
+def jax_support() -> dict[str, Any]:
+    """Whether this build has the XLA extension (ops under ``jax.jit``), the jaxlib whose FFI
+    headers it was compiled against, and the jaxlib installed now (from its metadata: jax is
+    not imported)."""
+    from importlib import import_module, metadata
+
+    xla: Any = None
+    with contextlib.suppress(ImportError):
+        xla = import_module(f"{__package__}._xla")
+    try:
+        installed: str | None = metadata.version("jaxlib")
+    except metadata.PackageNotFoundError:
+        installed = None
+    if xla is None:
+        return {"xla_extension": False, "built_against_jaxlib": None, "ffi_api": None,
+                "jaxlib": installed}  # fmt: skip
+    major, minor = xla.FFI_API_VERSION
+    return {"xla_extension": True, "built_against_jaxlib": xla.JAXLIB_VERSION,
+            "ffi_api": f"{major}.{minor}", "jaxlib": installed}  # fmt: skip
 
 
 def min_driver(floor: str) -> str | None:
@@ -125,6 +147,7 @@ def report(arch: str | None = None, driver: str | None = None) -> dict[str, Any]
             "min_driver": min_driver(man["driver_floor"]),
             "archs": man.get("archs"),
         },
+        "jax": jax_support(),
         "driver": None,
         "devices": [],
     }

@@ -66,6 +66,7 @@ _DLPACK_DEVICES = {
 # Filled when the torch adapter is first made: the op layer's fast path for torch tensors.
 TORCH_TYPES: set[type] = set()
 torch_stream: Any = None  # torch._C._cuda_getCurrentRawStream
+torch_grad_enabled: Any = None  # torch.is_grad_enabled
 torch_empty_like: Any = None  # torch.empty_like
 
 
@@ -156,8 +157,9 @@ class _Torch(Framework):
         }  # fmt: skip
         self.to_torch = {v: k for k, v in self.to_ours.items()}
         self._stream = torch._C._cuda_getCurrentRawStream
-        global torch_stream, torch_empty_like
+        global torch_stream, torch_grad_enabled, torch_empty_like
         torch_stream = self._stream
+        torch_grad_enabled = torch.is_grad_enabled
         torch_empty_like = torch.empty_like
         TORCH_TYPES.add(torch.Tensor)
         TORCH_TYPES.add(torch.nn.Parameter)

@@ -8,6 +8,10 @@ Subcommands:
   norm         rms_norm, fused_add_rms_norm, layer_norm, softmax vs torch's own op (F.rms_norm,
                F.layer_norm, torch.softmax), the eager formula and torch.compile of it, on
                16384 x {1024, 4096, 8192} and decode-like {1, 32, 256} x {4096, 8192}
+  jax          host cost of one call under jax.jit: ak.silu / ak.rms_norm (one XLA FFI custom
+               call each) beside the jnp formula under jit; eager JAX calls through the FFI path
+               beside jnp eager and the DLPack path (launch, then a host synchronisation) that
+               builds without the XLA extension take
   gemm         ak.matmul (bf16, f16; b K-major as nn.Linear's W.t() and b row-major) vs
                torch.matmul (cuBLAS), ak.scaled_mm fp8 e4m3 (per-tensor, per-row/col and
                DeepSeek block scales) vs torch._scaled_mm, int8 vs torch._int_mm; square
@@ -19,6 +23,10 @@ Subcommands:
                {1, 32, 4096, 16384}
   batched      ak.matmul on [B, M, K] @ [B, K, N] vs torch.bmm (B 1 to 1000), and
                ak.matmul(x, W.t(), bias=b) vs F.linear / torch.addmm (LLM layers, M 16..8192)
+  attention    ak.attention vs torch SDPA's flash and cuDNN backends: D {64, 128, 256}, N
+               {512 .. 16384} at 16384 tokens per batch, H = 2048 / D, causal and not (FLOPs
+               4*B*H*N^2*D, halved when causal); ak.attention_decode (Sq 1, H 32, Hkv 8, D 128)
+               KV-cache TB/s vs SDPA and the device copy, contiguous and paged (64-token pages)
 
 Method (PERFORMANCE.md): CUDA events, warm-up, median of many repeats, random data, inputs
 rotated when they fit in L2. Bytes count each input read once and each output written once.
@@ -115,6 +123,12 @@ def bench_launch(args: argparse.Namespace) -> list[dict[str, Any]]:
     add("aotkernels relu(x)", lambda: ak.relu(x))
     add("aotkernels relu(x, out=y)", lambda: ak.relu(x, out=y))
     add("torch.relu(x)", lambda: torch.relu(x))
+    add("torch.ops.aotkernels.relu(x)", lambda: torch.ops.aotkernels.relu(x))
+    h = torch.randn(4, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    add("aotkernels rms_norm(h, w)", lambda: ak.rms_norm(h, w))
+    add("torch.ops.aotkernels.rms_norm(h, w)", lambda: torch.ops.aotkernels.rms_norm(h, w))
+    add("F.rms_norm(h, (4096,), w)", lambda: torch.nn.functional.rms_norm(h, (4096,), w))
     add("torch.add(x, 1, out=y)", lambda: torch.add(x, 1, out=y))
     try:
         import cupy as cp
@@ -139,9 +153,83 @@ def bench_launch(args: argparse.Namespace) -> list[dict[str, Any]]:
         add("cuda.core launch", lambda: launch(stream, cfg, kern, x.data_ptr(), y.data_ptr(), nn))
     except Exception as e:
         add("cuda.core launch", None, f"unavailable: {e}")
-    base = rows[2]["us_per_call"]
+    # Each row against torch's own op of the same kind (relu, or rms_norm for the norm rows).
+    base = {r["path"]: r["us_per_call"] for r in rows}
     for r in rows:
-        r["ratio_to_torch_relu"] = (r["us_per_call"] / base) if r["us_per_call"] else None
+        anchor = base["F.rms_norm(h, (4096,), w)" if "rms_norm" in r["path"] else "torch.relu(x)"]
+        r["ratio_to_torch_op"] = (r["us_per_call"] / anchor) if r["us_per_call"] else None
+    return rows
+
+
+def _host_us_jax(fn: Callable[[], Any], calls: int, rounds: int = 5) -> float:
+    """``host_us`` for JAX: dispatch is asynchronous, so each round ends by waiting for its
+    last result (the tiny kernels never fill the queue)."""
+    import jax
+
+    wait: Any = jax.block_until_ready  # untyped in jax
+    for _ in range(1000):
+        r = fn()
+    wait(r)
+    samples = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(calls):
+            r = fn()
+        samples.append((time.perf_counter() - t) / calls * 1e6)
+        wait(r)
+    return statistics.median(samples)
+
+
+def bench_jax(args: argparse.Namespace) -> list[dict[str, Any]]:
+    # JAX would take 75% of the GPU's memory on first use, starving the suites after this one.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        gpu = jax.devices("cuda")[0]
+    except (ImportError, RuntimeError) as e:
+        return [{"path": "jax", "us_per_call": None, "note": f"unavailable: {e}"}]
+    import aotkernels as ak
+
+    from . import _jax
+
+    n, hidden = 1024, 4096
+    key = jax.random.key(0)
+    x = jax.device_put(jax.random.normal(key, (n,), jnp.bfloat16), gpu)
+    h = jax.device_put(jax.random.normal(key, (1, hidden), jnp.bfloat16), gpu)
+    w = jax.device_put(jnp.ones((hidden,), jnp.bfloat16), gpu)
+
+    def rms_jnp(h: Any, w: Any) -> Any:
+        hf = h.astype(jnp.float32)
+        r = jax.lax.rsqrt(jnp.mean(hf * hf, axis=-1, keepdims=True) + 1e-6)
+        return (hf * r * w.astype(jnp.float32)).astype(h.dtype)
+
+    rows: list[dict[str, Any]] = []
+
+    def add(name: str, fn: Callable[[], Any], anchor: str | None, note: str = "") -> None:
+        rows.append({"path": name, "us_per_call": _host_us_jax(fn, args.calls), "anchor": anchor,
+                     "note": note})  # fmt: skip
+
+    silu_ours, silu_jnp = jax.jit(ak.silu), jax.jit(jax.nn.silu)
+    rms_ours, rms_ref = jax.jit(ak.rms_norm), jax.jit(rms_jnp)
+    add("jit(jax.nn.silu)(x)", lambda: silu_jnp(x), None, "1024 bf16")
+    add("jit(ak.silu)(x)", lambda: silu_ours(x), "jit(jax.nn.silu)(x)", "one custom call")
+    add("jit(rms_norm jnp formula)(h, w)", lambda: rms_ref(h, w), None, "1 x 4096 bf16")
+    add("jit(ak.rms_norm)(h, w)", lambda: rms_ours(h, w), "jit(rms_norm jnp formula)(h, w)")
+    add("jax.nn.silu(x) eager", lambda: jax.nn.silu(x), None)
+    add("ak.silu(x) eager", lambda: ak.silu(x), "jax.nn.silu(x) eager", "FFI custom call")
+    available = _jax.available
+    _jax.available = lambda: False
+    try:
+        add("ak.silu(x) eager, DLPack path", lambda: ak.silu(x), "jax.nn.silu(x) eager",
+            "launch, then synchronise the stream")  # fmt: skip
+    finally:
+        _jax.available = available
+    by_path = {r["path"]: r["us_per_call"] for r in rows}
+    for r in rows:
+        base = by_path.get(r.pop("anchor") or "")
+        r["ratio_to_anchor"] = r["us_per_call"] / base if base else None
     return rows
 
 
@@ -735,6 +823,173 @@ def bench_batched(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+# --- attention --------------------------------------------------------------------------------
+ATTN_DTYPES = ("bf16", "f16")
+ATTN_TOKENS = 16384  # tokens per batch: B = 16384 / N, as the FlashAttention papers
+ATTN_HIDDEN = 2048  # H = 2048 / D
+
+
+def _attn_anchors(torch: Any) -> dict[str, Any]:
+    """torch SDPA pinned to one backend each: flash (FlashAttention-2) and cuDNN."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return {"flash": (sdpa_kernel, SDPBackend.FLASH_ATTENTION),
+            "cudnn": (sdpa_kernel, SDPBackend.CUDNN_ATTENTION)}  # fmt: skip
+
+
+def _sdpa(torch: Any, backend: Any, q: Any, k: Any, v: Any, causal: bool) -> Callable[[int], Any]:
+    ctx, which = backend
+    F = torch.nn.functional
+    # SDPA takes [B, H, S, D]: the transposed views of our [B, S, H, D] inputs.
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+    def run(i: int) -> Any:
+        with ctx(which):
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+
+    return run
+
+
+def _attn_fwd_row(
+    torch: Any, ak: Any, dtype: str, d: int, n: int, causal: bool, reps: int
+) -> dict[str, Any]:
+    dt = getattr(torch, FLOAT_DTYPES[dtype])
+    b, h = max(1, ATTN_TOKENS // n), ATTN_HIDDEN // d
+    q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=dt) for _ in range(3))
+    flops = 4 * b * h * n * n * d / (2 if causal else 1)
+
+    def ours(i: int) -> Any:
+        return ak.attention(q, k, v, causal=causal)
+
+    row: dict[str, Any] = {"dtype": dtype, "D": d, "N": n, "B": b, "H": h, "causal": causal}
+    mine, why = _probe(torch, ours)
+    notes = [f"ours failed: {why}"] if why else []
+    t_ours = None if why else statistics.median(_gpu_samples(ours, reps) + _gpu_samples(ours, reps))
+    row["ours_TFLOPS"] = flops / t_ours / 1e9 if t_ours else None
+    for name, backend in _attn_anchors(torch).items():
+        fn = _sdpa(torch, backend, q, k, v, causal)
+        ref, why_a = _probe(torch, fn)
+        if why_a:
+            notes.append(f"no {name}: {why_a}")
+            row[f"{name}_TFLOPS"] = row[f"vs_{name}"] = None
+            continue
+        if name == "flash" and mine is not None:
+            row["rel_err"] = _rel_err(mine, ref)
+        t = statistics.median(_gpu_samples(fn, reps) + _gpu_samples(fn, reps))
+        row[f"{name}_TFLOPS"] = flops / t / 1e9
+        row[f"vs_{name}"] = t / t_ours if t_ours else None
+    row.setdefault("rel_err", None)
+    row["note"] = "; ".join(notes)
+    return row
+
+
+def _attn_decode_row(
+    torch: Any, ak: Any, b: int, ctx: int, page: int | None, reps: int
+) -> dict[str, Any]:
+    """One decode step (Sq = 1, H = 32, Hkv = 8, D = 128, bf16) over a full cache of ``ctx``."""
+    h, hkv, d = 32, 8, 128
+    dt = torch.bfloat16
+    q = torch.randn(b, 1, h, d, device="cuda", dtype=dt)
+    k, v = (torch.randn(b, ctx, hkv, d, device="cuda", dtype=dt) for _ in range(2))
+    lens = torch.full((b,), ctx, device="cuda", dtype=torch.int32)
+    if page is None:
+        kc, vc, bt = k, v, None
+    else:  # the same cache as pages in a shuffled order
+        per = ctx // page
+        perm = torch.randperm(b * per, device="cuda")
+        kc = torch.empty(b * per, page, hkv, d, device="cuda", dtype=dt)
+        vc = torch.empty_like(kc)
+        kc[perm] = k.reshape(b * per, page, hkv, d)
+        vc[perm] = v.reshape(b * per, page, hkv, d)
+        bt = perm.reshape(b, per).to(torch.int32)
+    nbytes = 2 * k.numel() * k.element_size()
+
+    def ours(i: int) -> Any:
+        return ak.attention_decode(q, kc, vc, lens, bt)
+
+    def sdpa(i: int) -> Any:
+        F = torch.nn.functional
+        return F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), enable_gqa=True
+        )
+
+    flat = k.reshape(-1)
+    dst = torch.empty_like(flat)
+    t_copy = statistics.median(_gpu_samples(lambda i: dst.copy_(flat), reps))
+    mine, why = _probe(torch, ours)
+    ref, why_a = _probe(torch, sdpa)
+    t_ours = None if why else statistics.median(_gpu_samples(ours, reps) + _gpu_samples(ours, reps))
+    t_sdpa = None if why_a else statistics.median(_gpu_samples(sdpa, reps))
+    notes = [f"ours failed: {why}"] if why else []
+    notes += [f"no sdpa: {why_a}"] if why_a else []
+    rel = _rel_err(mine, ref.transpose(1, 2)) if mine is not None and ref is not None else None
+    copy_bw = 2 * flat.numel() * flat.element_size() / t_copy / 1e9
+    ours_bw = nbytes / t_ours / 1e9 if t_ours else None
+    return {
+        "B": b, "context": ctx, "paged": page or 0,
+        "ours_TBps": ours_bw, "sdpa_TBps": nbytes / t_sdpa / 1e9 if t_sdpa else None,
+        "copy_TBps": copy_bw, "vs_sdpa": t_sdpa / t_ours if t_sdpa and t_ours else None,
+        "of_copy": ours_bw / copy_bw if ours_bw else None,
+        "rel_err": rel,
+        "ours_us": t_ours * 1e3 if t_ours else None, "note": "; ".join(notes),
+    }  # fmt: skip
+
+
+def _attn_varlen_row(torch: Any, ak: Any, causal: bool, reps: int) -> dict[str, Any]:
+    """A mixed batch (lengths 97 .. 4001, 16 sequences, H 16, D 128, bf16) packed for ours,
+    padded to the longest for SDPA's flash backend (what a framework without varlen does)."""
+    lens = [97, 4001, 512, 1500, 33, 2048, 777, 3000, 256, 1024, 64, 2500, 128, 3500, 900, 1]
+    h, d, dt = 16, 128, torch.bfloat16
+    total, longest = sum(lens), max(lens)
+    q, k, v = (torch.randn(total, h, d, device="cuda", dtype=dt) for _ in range(3))
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], device="cuda", dtype=torch.int32)
+    pad = torch.zeros(len(lens), longest, h, d, device="cuda", dtype=dt)
+    for i, n in enumerate(lens):
+        pad[i, :n] = q[cu[i] : cu[i] + n]
+    flops = sum(4 * n * n * h * d for n in lens) / (2 if causal else 1)
+
+    def ours(i: int) -> Any:
+        return ak.attention_varlen(q, k, v, cu, cu, longest, longest, causal=causal)
+
+    flash = _sdpa(torch, _attn_anchors(torch)["flash"], pad, pad, pad, causal)
+    _, why = _probe(torch, ours)
+    _, why_a = _probe(torch, flash)
+    t_ours = None if why else statistics.median(_gpu_samples(ours, reps))
+    t_pad = None if why_a else statistics.median(_gpu_samples(flash, reps))
+    return {
+        "causal": causal, "tokens": total, "longest": longest,
+        "ours_TFLOPS": flops / t_ours / 1e9 if t_ours else None,
+        "padded_flash_TFLOPS": flops / t_pad / 1e9 if t_pad else None,
+        "vs_padded_flash": t_pad / t_ours if t_pad and t_ours else None,
+        "note": "; ".join(w for w in (why, why_a) if w),
+    }  # fmt: skip
+
+
+def bench_attention(args: argparse.Namespace) -> tuple[list[dict[str, Any]], ...]:
+    """Forward TFLOP/s vs SDPA flash and cuDNN; decode KV bytes/s vs SDPA and copy; a varlen
+    batch vs padded SDPA flash."""
+    torch = _torch()
+    import aotkernels as ak
+
+    reps = min(args.reps, 20)
+    seqs = (1024, 4096, 16384) if args.quick else (512, 1024, 2048, 4096, 8192, 16384)
+    fwd = []
+    for dtype in _dtypes(args, ATTN_DTYPES, ("bf16",)):
+        for d in (64, 128, 256):
+            for n in seqs:
+                for causal in (False, True):
+                    fwd.append(_attn_fwd_row(torch, ak, dtype, d, n, causal, reps))
+                    torch.cuda.empty_cache()
+    dec = []
+    for b, ctx in ((1, 1024), (1, 16384), (1, 131072), (8, 8192), (8, 131072), (64, 1024),
+                   (64, 8192), (64, 32768)):  # fmt: skip
+        for page in (None, 64):
+            dec.append(_attn_decode_row(torch, ak, b, ctx, page, reps))
+            torch.cuda.empty_cache()
+    var = [_attn_varlen_row(torch, ak, causal, reps) for causal in (False, True)]
+    return fwd, dec, var
+
+
 def gemm_chart(rows: list[dict[str, Any]], path: str, title: str) -> None:
     """Our ratio over the anchor per shape, one panel per dtype, goals marked (PNG)."""
     import matplotlib
@@ -821,14 +1076,27 @@ def _print(rows: list[dict[str, Any]], title: str) -> None:
     Console(width=200).print(t)
 
 
-SUITES = ("launch", "elementwise", "norm", "gemm", "rope", "batched", "all")
+SUITES = (
+    "launch",
+    "elementwise",
+    "norm",
+    "gemm",
+    "attention",
+    "rope",
+    "batched",
+    "compiled",
+    "backward",
+    "jax",
+    "all",
+)
 SUITE_DTYPES = {"elementwise": tuple(FLOAT_DTYPES), "norm": tuple(FLOAT_DTYPES),
-                "gemm": GEMM_DTYPES, "rope": tuple(FLOAT_DTYPES), "batched": ()}  # fmt: skip
+                "gemm": GEMM_DTYPES, "attention": ATTN_DTYPES, "compiled": ("bf16",),
+                "backward": ("bf16",), "rope": tuple(FLOAT_DTYPES), "batched": ()}  # fmt: skip
 
 
 def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Reject --dtypes no chosen suite runs and --shapes gemm does not know (before torch)."""
-    if args.dtypes is not None and args.what != "launch":
+    if args.dtypes is not None and args.what not in ("launch", "jax"):
         runs = SUITE_DTYPES if args.what == "all" else {args.what: SUITE_DTYPES[args.what]}
         known = {d for ds in runs.values() for d in ds}
         unknown = sorted(set(args.dtypes.split(",")) - known)
@@ -887,6 +1155,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.what in ("launch", "all"):
         results["launch"] = bench_launch(args)
         _print(results["launch"], "host cost per call (µs)")
+    if args.what in ("jax", "all"):
+        results["jax"] = bench_jax(args)
+        _print(results["jax"], "host cost per call under JAX (µs)")
     if args.what in ("elementwise", "all"):
         results["elementwise"] = bench_elementwise(args)
         _print(results["elementwise"], "elementwise bandwidth (TB/s) and ratios")
@@ -910,6 +1181,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.what in ("batched", "all"):
         results["batched"] = bench_batched(args)
         _print(results["batched"], "batched matmul vs torch.bmm, bias matmul vs F.linear / addmm")
+    if args.what in ("attention", "all"):
+        fwd, dec, var = bench_attention(args)
+        results.update(attention=fwd, attention_decode=dec, attention_varlen=var)
+        _print(fwd, "attention forward TFLOP/s vs SDPA flash / cuDNN")
+        _print(dec, "attention decode KV-cache TB/s vs SDPA and copy")
+        _print(var, "attention_varlen (useful FLOPs) vs SDPA flash on the padded batch")
+    if args.what in ("compiled", "backward"):  # not in "all": minutes of compiling
+        from . import bench_frontends
+
+        results[args.what] = getattr(bench_frontends, f"bench_{args.what}")(args)
+        title = {"compiled": "Llama decoder layer under torch.compile (ms per layer)",
+                 "backward": "backward bandwidth (TB/s) and ratios"}[args.what]  # fmt: skip
+        _print(results[args.what], title)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

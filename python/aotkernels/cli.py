@@ -141,6 +141,19 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         f"(needs a driver for CUDA >= {p['driver_floor']}{need})",
         highlight=False,
     )
+    j = rep["jax"]
+    if j["xla_extension"]:
+        con.print(
+            f"jax.jit: XLA extension built against jaxlib {j['built_against_jaxlib']}'s FFI "
+            f"headers (XLA FFI API {j['ffi_api']}); jaxlib installed: {j['jaxlib'] or 'none'}",
+            highlight=False,
+        )
+    else:
+        con.print(
+            "jax.jit: not in this build (no XLA extension: jaxlib was not installed when it was "
+            "built); JAX arrays run eagerly only",
+            highlight=False,
+        )
     con.print(
         f"driver: CUDA {rep['driver']}"
         if rep["driver"]

@@ -13,7 +13,14 @@ from typing import Any
 
 from .errors import AotKernelsError
 
-__all__ = ["DeviceInfo", "cuda_driver", "device_count", "device_info", "driver_version"]
+__all__ = [
+    "DeviceInfo",
+    "cuda_driver",
+    "device_count",
+    "device_info",
+    "driver_version",
+    "entry_points",
+]
 
 
 @dataclass(frozen=True)
@@ -70,23 +77,31 @@ def cuda_driver() -> Any:
     return _driver
 
 
+def entry_points(cu: Any, *names: str) -> list[int]:
+    """The driver's entry points ``names`` (cuGetProcAddress, CUDA 12.0 ABI) as ints."""
+    flags = cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
+    ptrs = []
+    for name in names:
+        pfn, _status = _check(cu, cu.cuGetProcAddress(name.encode(), 12000, flags), name)
+        ptrs.append(int(pfn))
+    return ptrs
+
+
 def _hand_over_entry_points(cu: Any) -> None:
     from . import _core
 
-    flags = cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
-    ptrs = []
-    for name in (
-        "cuLaunchKernel",
-        "cuCtxGetCurrent",
-        "cuCtxSetCurrent",
-        "cuGetErrorName",
-        "cuMemAlloc",
-        "cuMemFree",
-        "cuTensorMapEncodeTiled",
-    ):
-        pfn, _status = _check(cu, cu.cuGetProcAddress(name.encode(), 12000, flags), name)
-        ptrs.append(int(pfn))
-    _core.set_driver(*ptrs)
+    _core.set_driver(
+        *entry_points(
+            cu,
+            "cuLaunchKernel",
+            "cuCtxGetCurrent",
+            "cuCtxSetCurrent",
+            "cuGetErrorName",
+            "cuMemAlloc",
+            "cuMemFree",
+            "cuTensorMapEncodeTiled",
+        )
+    )
     _core.set_error_type(AotKernelsError)  # launch failures surface as AotKernelsError
 
 

@@ -35,6 +35,7 @@ class LoadedFamily:
     library: Any
     blob: bytes  # the image given to cuLibraryLoadData, held for the library's lifetime
     params: struct.Struct
+    param_fields: list[tuple[str, str]]  # (name, type) in struct order
     ptr_offsets: list[int]  # byte offsets of the pointer fields, in struct order
     field_offsets: dict[str, int]  # every parameter's byte offset, by name
     kernels: dict[str, int] = field(default_factory=dict)  # symbol -> CUfunction (primary ctx)
@@ -161,6 +162,7 @@ def _load(name: str, dev: _device.DeviceInfo) -> LoadedFamily:
         lib,
         blob,
         struct.Struct(fam["param_format"]),
+        [(str(n), str(t)) for n, t in fam["params"]],
         offsets,
         fields,
         variants=dict(fam.get("variants", {})),

@@ -45,5 +45,36 @@ for rows, h in ((3, 46), (2, 111), (4, 1024), (2, 100003)):
         ak.layer_norm(x, out=out)
         ak.softmax(x, out=out)
         ak.fused_add_rms_norm(x, view(res + 4 * off, (rows, h), (pitch, 1)), view(w, (h,)))
+# backward ops (grad first): misaligned and row-strided operands; softmax_backward with resident
+# and streamed rows (20003), the norms' row kernel and column reduction (workspace from the runner).
+for n in (1, 17, 4097):
+    x = device_copy(rng.standard_normal(n + 8).astype(np.float32))
+    g = device_copy(rng.standard_normal(n + 8).astype(np.float32))
+    dst = device_copy(np.zeros(n + 8, np.float32))
+    for op in (ak.relu_backward, ak.silu_backward, ak.sigmoid_backward, ak.gelu_backward):
+        for off in (0, 1):
+            op(view(g + 4 * off, (n,)), view(x, (n,)), out=view(dst + 4 * off, (n,)))
+for rows, d in ((3, 46), (2, 1792)):
+    x = device_copy(rng.standard_normal(rows * (2 * d + 4)).astype(np.float32))
+    g = device_copy(rng.standard_normal(rows * d + 4).astype(np.float32))
+    dst = device_copy(np.zeros(rows * 2 * d + 4, np.float32))
+    for op in (ak.silu_and_mul_backward, ak.gelu_and_mul_backward):
+        for off in (0, 1):
+            xv = view(x, (rows, 2 * d), (2 * d + 4, 1))
+            op(view(g + 4 * off, (rows, d)), xv, out=view(dst + 4 * off, (rows, 2 * d)))
+for rows, h in ((3, 46), (2, 111), (4, 1024), (2, 20003)):
+    pitch = h + 5
+    y = device_copy(rng.standard_normal(rows * pitch + 1).astype(np.float32))
+    g = device_copy(rng.standard_normal(rows * h + 1).astype(np.float32))
+    dst = device_copy(np.zeros(rows * h + 1, np.float32))
+    w = device_copy(rng.standard_normal(h).astype(np.float32))
+    for off in (0, 1):
+        yv = view(y + 4 * off, (rows, h), (pitch, 1))
+        gv = view(g + 4 * off, (rows, h))
+        ak.softmax_backward(gv, yv, out=view(dst + 4 * off, (rows, h)))
+        if h <= 8192:  # the norms' backward keeps f32 rows of up to 8192 in registers
+            ak.rms_norm_backward(gv, yv, view(w, (h,)))
+            ak.layer_norm_backward(gv, yv, view(w, (h,)), view(w, (h,)))
+            ak.layer_norm_backward(gv, yv)
 to_host(dst, 4)  # synchronises and checks the context is healthy
 print("SANITIZE_CASE_OK")

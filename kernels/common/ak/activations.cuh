@@ -8,6 +8,8 @@
 
 #include <type_traits>
 
+#include "ak/dtype.cuh"  // kIsBackward
+
 namespace ak {
 
 template <class T>
@@ -89,6 +91,110 @@ struct sigmoid_fn {
 template <class T>
 struct silu_fn {
   __device__ __forceinline__ float operator()(float x) const { return x * inv_1p<T>(exp_<T>(-x)); }
+};
+
+// --- Derivatives (the backward ops) -------------------------------------------------------------
+// Each returns the activation's value and its derivative at x, sharing the exponential. The
+// backward kernels compute dx = dy * f'(x) (the gated ones also use f(x)). Where s (1 - s)
+// appears (s a sigmoid), 1 - s is taken as e * s with e the exponential that gave
+// s = 1 / (1 + e): it keeps its relative accuracy for large x, where 1.f - s cancels to 0.
+// e = +inf (s = 0) is the one case where that product is inf * 0; 1 - s is exactly 1 there.
+// (A fast-math s flushes to 0 for e > 2^126; every derivative below is then 0, as it is to f32
+// precision.)
+struct ValueGrad {
+  float v, d;
+};
+
+__device__ __forceinline__ float one_minus_sigmoid(float e, float s) {
+  return e == __int_as_float(0x7f800000) ? 1.f : e * s;
+}
+
+// sigmoid: s = 1 / (1 + e^-x), s' = s (1 - s).
+template <class T>
+__device__ __forceinline__ ValueGrad sigmoid_vg(float x) {
+  const float e = exp_<T>(-x);
+  const float s = inv_1p<T>(e);
+  return {s, s * one_minus_sigmoid(e, s)};
+}
+
+// silu: x s, (x s)' = s (1 + x (1 - s)) (torch's silu_backward formula).
+template <class T>
+__device__ __forceinline__ ValueGrad silu_vg(float x) {
+  const float e = exp_<T>(-x);
+  const float s = inv_1p<T>(e);
+  return {x * s, s * (1.f + x * one_minus_sigmoid(e, s))};
+}
+
+// Exact GELU: x Phi(x), (x Phi(x))' = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+// f32 takes Phi from normcdff (accurate in both tails); 16-bit results take it from erfc_pos as
+// the forward does.
+template <class T>
+__device__ __forceinline__ ValueGrad gelu_vg(float x) {
+  float cdf;
+  if constexpr (kFastMath<T>) {
+    const float half_c = 0.5f * erfc_pos<T>(fabsf(x) * 0.70710678118654752f);
+    cdf = x >= 0.f ? 1.f - half_c : half_c;
+  } else {
+    cdf = normcdff(x);
+  }
+  const float pdf = 0.39894228040143268f * exp_<T>(-0.5f * x * x);
+  return {x * cdf, cdf + x * pdf};
+}
+
+// GELU tanh approximation: x s with s = sigmoid(2z), z = sqrt(2/pi) (x + 0.044715 x^3) (the
+// forward's form). (x s)' = s + x s (1 - s) * 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2), which is
+// torch's 0.5 (1 + tanh z) + 0.5 x (1 - tanh^2 z) z' rewritten with tanh z = 2s - 1.
+template <class T>
+__device__ __forceinline__ ValueGrad gelu_tanh_vg(float x) {
+  const float k2 = 1.5957691216057308f;  // 2 * sqrt(2 / pi)
+  const float x2 = x * x;
+  const float e = exp_<T>(-k2 * (x + 0.044715f * x2 * x));
+  const float s = inv_1p<T>(e);
+  const float dz2 = k2 * fmaf(0.134145f, x2, 1.f);  // d(2z)/dx; 0.134145 = 3 * 0.044715
+  return {x * s, s + x * (s * one_minus_sigmoid(e, s)) * dz2};
+}
+
+// The activation family's backward ops: dx = dy * f'(x) from the forward's input x.
+template <class T>
+struct relu_backward_fn {
+  static constexpr bool kBackward = true;
+  // A select, not dy * step(x): torch's threshold_backward gives 0 where x <= 0 even for a
+  // NaN / inf dy, and passes dy through where x is NaN (NaN <= 0 is false).
+  __device__ __forceinline__ float operator()(float x, float dy) const {
+    return x <= 0.f ? 0.f : dy;
+  }
+};
+
+template <class T>
+struct sigmoid_backward_fn {
+  static constexpr bool kBackward = true;
+  __device__ __forceinline__ float operator()(float x, float dy) const {
+    return dy * sigmoid_vg<T>(x).d;
+  }
+};
+
+template <class T>
+struct silu_backward_fn {
+  static constexpr bool kBackward = true;
+  __device__ __forceinline__ float operator()(float x, float dy) const {
+    return dy * silu_vg<T>(x).d;
+  }
+};
+
+template <class T>
+struct gelu_backward_fn {
+  static constexpr bool kBackward = true;
+  __device__ __forceinline__ float operator()(float x, float dy) const {
+    return dy * gelu_vg<T>(x).d;
+  }
+};
+
+template <class T>
+struct gelu_tanh_backward_fn {
+  static constexpr bool kBackward = true;
+  __device__ __forceinline__ float operator()(float x, float dy) const {
+    return dy * gelu_tanh_vg<T>(x).d;
+  }
 };
 
 }  // namespace ak

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace ak {
 
@@ -54,5 +55,13 @@ template <class... P>
 __device__ __forceinline__ bool aligned16(const P*... ptrs) {
   return ((reinterpret_cast<uintptr_t>(ptrs) | ...) & 15u) == 0;
 }
+
+// Whether an op's functor is a backward op (declares kBackward = true); the forward functors
+// declare nothing, so each family's entry template picks the forward or backward walk at compile
+// time.
+template <class Op, class = void>
+inline constexpr bool kIsBackward = false;
+template <class Op>
+inline constexpr bool kIsBackward<Op, std::void_t<decltype(Op::kBackward)>> = Op::kBackward;
 
 }  // namespace ak

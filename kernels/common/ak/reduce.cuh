@@ -20,7 +20,8 @@
 // folds its elements per thread first (no barrier), then combines one small state per thread
 // (a sum; mean and M2; max and sum of exponentials) with a single group reduction. Reductions
 // are fixed-order trees (per-thread lanes, warp shuffles, then one shared-memory step), so
-// results are bitwise repeatable.
+// results are bitwise repeatable. The backward ops read a second row (dy) through two more
+// engines, GradRow and GradStreamRow, at the end of this file.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -257,6 +258,7 @@ struct Row {
   __device__ __forceinline__ const T* x() const { return a.x() + r * a.x_stride(); }
   __device__ __forceinline__ T* residual() const { return a.residual() + r * a.res_stride(); }
   __device__ __forceinline__ T* out() const { return a.out() + r * a.out_stride(); }
+  __device__ __forceinline__ const T* dy() const { return a.dy() + r * a.dy_stride(); }
 };
 
 // One chunk of K slots per thread at a given row offset. Which slots are valid is one number,
@@ -320,23 +322,25 @@ struct Slots {
     for (int u = 0; u < K; ++u) load1<kReadOnly>(p, m, u, buf[u]);
   }
 
+  // Packet p of slot u to `dst` (only the valid elements).
+  __device__ __forceinline__ static void store1(T* dst, const Map& m, int u, const P& p) {
+    if constexpr (kVec) {
+      if (m.ok(u, 0)) {
+        *reinterpret_cast<uint4*>(dst + m.off(u, 0)) = make_uint4(p.w[0], p.w[1], p.w[2], p.w[3]);
+      }
+    } else {
+      Bits* q = reinterpret_cast<Bits*>(dst);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (m.ok(u, j)) q[m.off(u, j)] = p.bits(j);
+      }
+    }
+  }
+
   __device__ __forceinline__ void store(T* p, int count, const P (&buf)[K]) const {
     const Map m(t, g, count);
 #pragma unroll
-    for (int u = 0; u < K; ++u) {
-      if constexpr (kVec) {
-        if (m.ok(u, 0)) {
-          *reinterpret_cast<uint4*>(p + m.off(u, 0)) =
-              make_uint4(buf[u].w[0], buf[u].w[1], buf[u].w[2], buf[u].w[3]);
-        }
-      } else {
-        Bits* q = reinterpret_cast<Bits*>(p);
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          if (m.ok(u, j)) q[m.off(u, j)] = buf[u].bits(j);
-        }
-      }
-    }
+    for (int u = 0; u < K; ++u) store1(p, m, u, buf[u]);
   }
 
   // buf = round(buf + r): the residual add, rounded to the storage type as vLLM does.
@@ -388,6 +392,44 @@ struct Slots {
       for (int j = 0; j < V; ++j) {
         if (m.ok(u, j)) f(buf[u].get(j), j % kLanes);
       }
+    }
+  }
+
+  // Two-input rows (the backward ops). `w` (may be null: every weight reads 1) is the row's
+  // weight vector, loaded one packet at a time next to the resident x and dy.
+  //
+  // f(x, dy, w, lane) for every valid element.
+  template <class F>
+  __device__ __forceinline__ void visit2(const P (&x)[K], const P (&dy)[K], const T* w, int count,
+                                         F&& f) const {
+    const Map m(t, g, count);
+#pragma unroll
+    for (int u = 0; u < K; ++u) {
+      P wp = P::fill(1.f);
+      if (w) load1<true>(w, m, u, wp);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (m.ok(u, j)) f(x[u].get(j), dy[u].get(j), wp.get(j), j % kLanes);
+      }
+    }
+  }
+
+  // dst = f(x, dy, w) for every valid element, one rounding.
+  template <class F>
+  __device__ __forceinline__ void store2(T* dst, const P (&x)[K], const P (&dy)[K], const T* w,
+                                         int count, F f) const {
+    const Map m(t, g, count);
+#pragma unroll
+    for (int u = 0; u < K; ++u) {
+      P wp = P::fill(1.f);
+      if (w) load1<true>(w, m, u, wp);
+      P o;
+#pragma unroll
+      for (int j = 0; j < V; j += 2) {
+        o.set2(j, f(x[u].get(j), dy[u].get(j), wp.get(j)),
+               f(x[u].get(j + 1), dy[u].get(j + 1), wp.get(j + 1)));
+      }
+      store1(dst, m, u, o);
     }
   }
 };
@@ -614,6 +656,233 @@ __device__ __forceinline__ void run(const A& a, int vecs_per_thread, float eps) 
     }
   }
   return each_row<Op, StreamRow, 0, false>(a, red, eps);
+}
+
+// --- Two-input rows: the backward ops ------------------------------------------------------
+// A backward op reads two rows of the same shape, x (the forward's input, or its output for
+// softmax) and dy (the gradient of the forward's output), and writes out = dx. Its adapter adds
+//   const T* dy(); int64_t dy_stride();
+// to the one above (residual() and bias() are not read). The engines give the same calls with
+// both values: `for_each(f(x, dy, w, lane))`, `group`, `store(f(x, dy, w) -> dx)`, `cols()`;
+// the register engine also has `for_each_slot(f(k, x, dy))`, which hands a backward op the
+// index k in [0, kSlots) of each of its elements (the same column in every row a thread
+// visits), so that it can fold per-column sums (dweight, dbias) over rows in registers, and
+// `write_cols` to store them.
+
+template <class A>
+__device__ __forceinline__ bool vectorizable_grad(const A& a) {
+  constexpr int V = 16 / sizeof(typename A::T);
+  bool ok = a.cols() % V == 0 && aligned16(a.out(), a.x(), a.dy(), a.weight());
+  if (a.rows() > 1) {
+    ok = ok && a.x_stride() % V == 0 && a.out_stride() % V == 0 && a.dy_stride() % V == 0;
+  }
+  return ok;
+}
+
+// x and dy in registers: N packets of each per thread.
+template <class A, int N, bool kVec>
+class GradRow {
+  using T = typename A::T;
+  using P = Packet<T>;
+  static constexpr int V = P::V;
+  using S = Slots<T, N, kVec>;
+
+ public:
+  static constexpr int kSlots = N * V;  // elements a thread owns in each row
+
+  __device__ __forceinline__ GradRow(const Row<A>& row, int64_t n, GroupReducer& red)
+      : row_(row), red_(red) {
+    const S s = slots();
+    count_ = s.count(int(n));
+    // Both rows' loads are issued before the first use: 2N packets in flight per thread.
+    s.template load<true>(row_.x(), count_, x_);
+    s.template load<true>(row_.dy(), count_, dy_);
+  }
+
+  __device__ __forceinline__ float cols() const { return float(row_.a.cols()); }
+
+  template <class F>
+  __device__ __forceinline__ void for_each(F&& f) {
+    launder();
+    slots().visit2(x_, dy_, row_.a.weight(), count_, f);
+  }
+
+  template <class Combine, int K>
+  __device__ __forceinline__ void group(float (&v)[K]) {
+    red_.template reduce<Combine>(v);
+  }
+
+  template <class F>
+  __device__ __forceinline__ void store(F f) {
+    launder();
+    slots().store2(row_.out(), x_, dy_, row_.a.weight(), count_, f);
+  }
+
+  // f(k, x, dy) for each valid element, k = u * V + j its slot (a constant once unrolled).
+  template <class F>
+  __device__ __forceinline__ void for_each_slot(F&& f) {
+    launder();
+    const S s = slots();
+    const typename S::Map m(s.t, s.g, count_);
+#pragma unroll
+    for (int u = 0; u < N; ++u) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (m.ok(u, j)) f(u * V + j, x_[u].get(j), dy_[u].get(j));
+      }
+    }
+  }
+
+  // dst[column of slot k] = v[k] over a row of `cols` f32 (16-byte stores in the vector layout,
+  // where a packet's V elements are adjacent columns; dst is then 16-byte aligned).
+  __device__ __forceinline__ static void write_cols(float* dst, int64_t cols,
+                                                    const float (&v)[kSlots]) {
+    const S s{int(threadIdx.x), int(blockDim.x)};
+    const typename S::Map m(s.t, s.g, s.count(int(cols)));
+#pragma unroll
+    for (int u = 0; u < N; ++u) {
+      if constexpr (kVec) {
+        if (m.ok(u, 0)) {
+#pragma unroll
+          for (int j = 0; j < V; j += 4) {
+            *reinterpret_cast<float4*>(dst + m.off(u, j)) =
+                make_float4(v[u * V + j], v[u * V + j + 1], v[u * V + j + 2], v[u * V + j + 3]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          if (m.ok(u, j)) dst[m.off(u, j)] = v[u * V + j];
+        }
+      }
+    }
+  }
+
+ private:
+  __device__ __forceinline__ S slots() const { return S{int(threadIdx.x), int(blockDim.x)}; }
+  __device__ __forceinline__ void launder() {
+#pragma unroll
+    for (int u = 0; u < N; ++u) {
+      x_[u].launder();
+      dy_[u].launder();
+    }
+  }
+
+  Row<A> row_;
+  int count_;
+  GroupReducer& red_;
+  P x_[N], dy_[N];
+};
+
+// Both rows streamed from global memory on every pass (rows longer than registers hold); no
+// per-column sums.
+template <class A, int /*N: unused*/, bool kVec>
+class GradStreamRow {
+  using T = typename A::T;
+  using P = Packet<T>;
+  static constexpr int V = P::V;
+  // Half of StreamRow's chunk: two rows' packets in flight.
+  static constexpr int C = (kVec ? kStreamChunk : 16 / V) / 2;
+  using S = Slots<T, C, kVec>;
+
+ public:
+  static constexpr int kSlots = 0;
+
+  __device__ __forceinline__ GradStreamRow(const Row<A>& row, int64_t n, GroupReducer& red)
+      : row_(row), n_(n), red_(red) {}
+
+  __device__ __forceinline__ float cols() const { return float(row_.a.cols()); }
+
+  template <class F>
+  __device__ __forceinline__ void for_each(F&& f) {
+    const S s = slots();
+    const T* w = row_.a.weight();
+    for (int64_t c0 = 0; c0 < n_; c0 += step(s)) {
+      P xb[C], db[C];
+      const int cnt = s.count(left(s, c0));
+      s.template load<true>(row_.x() + c0, cnt, xb);
+      s.template load<true>(row_.dy() + c0, cnt, db);
+      s.visit2(xb, db, w ? w + c0 : nullptr, cnt, f);
+    }
+  }
+
+  template <class Combine, int K>
+  __device__ __forceinline__ void group(float (&v)[K]) {
+    red_.template reduce<Combine>(v);
+  }
+
+  template <class F>
+  __device__ __forceinline__ void store(F f) {
+    const S s = slots();
+    const T* w = row_.a.weight();
+    for (int64_t c0 = 0; c0 < n_; c0 += step(s)) {
+      P xb[C], db[C];
+      const int cnt = s.count(left(s, c0));
+      s.template load<true>(row_.x() + c0, cnt, xb);
+      s.template load<true>(row_.dy() + c0, cnt, db);
+      s.store2(row_.out() + c0, xb, db, w ? w + c0 : nullptr, cnt, f);
+    }
+  }
+
+ private:
+  __device__ __forceinline__ S slots() const { return S{int(threadIdx.x), int(blockDim.x)}; }
+  __device__ __forceinline__ static int64_t step(const S& s) { return int64_t(C) * V * s.g; }
+  __device__ __forceinline__ int left(const S& s, int64_t c0) const {
+    const int64_t r = n_ - c0;
+    return int(r < step(s) ? r : step(s));
+  }
+
+  Row<A> row_;
+  int64_t n_;
+  GroupReducer& red_;
+};
+
+// The row loop of each_row for a backward op Op<kSlots>: one op object per thread lives across
+// the rows (holding its per-column sums), and `finish<Engine>(a)` runs once after the last row.
+template <template <int> class Op, template <class, int, bool> class Engine, int N, bool kVec,
+          class A>
+__device__ __forceinline__ void each_row_grad(const A& a, GroupReducer& red, float eps) {
+  using R = Engine<A, N, kVec>;
+  Op<R::kSlots> op(a);
+  const int64_t rows = a.rows();
+  const int64_t step = int64_t(gridDim.x) * blockDim.y;
+  for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < rows; base += step) {
+    const int64_t row = base + threadIdx.y;
+    const bool active = row < rows;
+    R r(Row<A>{a, active ? row : 0}, active ? a.cols() : 0, red);
+    op(r, eps);
+  }
+  op.template finish<R>(a);
+}
+
+// Entry of the backward ops. In the vector layout `vecs_per_thread` picks the register engine's
+// N (1, 2 or 4, at most Op::kMaxN: paths an op does not take are not compiled, so they do not
+// raise its register count); the scalar layout keeps Op::kScalarN packets whenever they hold the
+// row. Other rows take the streaming engine, which only ops with kStream have: an op with
+// per-column sums needs the row in registers, the host never launches it otherwise, and a
+// launch shape that does not fit writes nothing.
+template <template <int> class Op, class A>
+__device__ __forceinline__ void run_grad(const A& a, int vecs_per_thread, float eps) {
+  __shared__ GroupReducer::Buffer smem;
+  GroupReducer red(smem);
+  using O = Op<1>;
+  constexpr int V = 16 / sizeof(typename A::T);
+  const int64_t per_packet = int64_t(V) * blockDim.x;
+  const int n = int64_t(vecs_per_thread) * per_packet >= a.cols() ? vecs_per_thread : 0;
+  const bool vec = vectorizable_grad(a);
+  if (vec) {
+    if (n == 1) return each_row_grad<Op, GradRow, 1, true>(a, red, eps);
+    if (n == 2) return each_row_grad<Op, GradRow, 2, true>(a, red, eps);
+    if constexpr (O::kMaxN >= 4) {
+      if (n == 4) return each_row_grad<Op, GradRow, 4, true>(a, red, eps);
+    }
+  } else if (int64_t(O::kScalarN) * per_packet >= a.cols()) {
+    return each_row_grad<Op, GradRow, O::kScalarN, false>(a, red, eps);
+  }
+  if constexpr (O::kStream) {
+    if (vec) return each_row_grad<Op, GradStreamRow, 0, true>(a, red, eps);
+    return each_row_grad<Op, GradStreamRow, 0, false>(a, red, eps);
+  }
 }
 
 }  // namespace rowwise

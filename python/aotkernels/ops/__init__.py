@@ -2,25 +2,53 @@
 
 from __future__ import annotations
 
-from .activation import gelu, relu, sigmoid, silu
-from .gated import gelu_and_mul, silu_and_mul
+from .activation import (
+    gelu,
+    gelu_backward,
+    relu,
+    relu_backward,
+    sigmoid,
+    sigmoid_backward,
+    silu,
+    silu_backward,
+)
+from .attention import attention, attention_decode, attention_varlen
+from .gated import gelu_and_mul, gelu_and_mul_backward, silu_and_mul, silu_and_mul_backward
 from .gemm import matmul, scaled_mm
-from .norm import fused_add_rms_norm, layer_norm, rms_norm
+from .norm import (
+    fused_add_rms_norm,
+    layer_norm,
+    layer_norm_backward,
+    rms_norm,
+    rms_norm_backward,
+)
 from .rope import rope
-from .softmax import softmax
+from .softmax import softmax, softmax_backward
 
 __all__ = [
+    "attention",
+    "attention_decode",
+    "attention_varlen",
     "fused_add_rms_norm",
     "gelu",
+    "gelu_backward",
     "gelu_and_mul",
+    "gelu_and_mul_backward",
     "layer_norm",
+    "layer_norm_backward",
     "matmul",
     "relu",
+    "relu_backward",
     "rms_norm",
+    "rms_norm_backward",
     "rope",
     "scaled_mm",
     "sigmoid",
+    "sigmoid_backward",
     "silu",
+    "silu_backward",
     "silu_and_mul",
+    "silu_and_mul_backward",
     "softmax",
+    "softmax_backward",
 ]

@@ -13,13 +13,11 @@ Heuristic, per [rows, cols] view of V-wide vectors (V = 16 bytes / item size):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
-from .. import device as _device
-from ..arrays import ITEMSIZE, ArrayInfo
-from ._common import make_plan, remember
+from ._op import Meta, rows_view
 
 THREADS = 256
 BLOCKS_PER_SM = 128
@@ -51,24 +49,18 @@ def elementwise_config(
     return ElementwiseConfig((gx, gy), (bx, by))
 
 
-def launch_rows(
-    family: str,
-    symbol: str,
-    stream: int,
-    out: ArrayInfo,
-    x: ArrayInfo,
-    rows: int,
-    cols: int,
-    strides: tuple[int, int],
-    unroll: int,
-    key: Any,
-    allocated: bool,
-) -> None:
-    """Configure, launch and remember (for the torch fast path) one row-wise elementwise op
-    whose kernel takes ``(out, x, rows, cols, x_row_stride, out_row_stride)``."""
-    sms = _device.device_info(x.device).sm_count
-    cfg = elementwise_config(rows, cols, ITEMSIZE[x.dtype], sms, unroll)
-    plan = make_plan(family, symbol, x.device, cfg.grid, cfg.block, out.ptr, x.ptr, rows, cols,
-                     *strides)  # fmt: skip
-    plan(stream, out.ptr, x.ptr)
-    remember(key, plan, (out, x), allocated=allocated)
+def joint_rows_view(op: str, x: Meta, out: Meta) -> tuple[int, int, int, int]:
+    """One [rows, cols] split that fits x and out (same shape): (rows, cols, x_rs, out_rs).
+
+    When both are contiguous they share one long row; as soon as one is only row-strided,
+    both are split at the last dimension (a contiguous array's row stride is then cols).
+    """
+    x_split = rows_view(op, "x", x)
+    o_split = rows_view(op, "out", out)
+    if o_split[:2] == x_split[:2]:
+        return x_split[0], x_split[1], x_split[2], o_split[2]
+    cols = x.shape[-1]
+    rows = math.prod(x.shape) // cols
+    x_rs = x_split[2] if x_split[1] == cols else cols
+    o_rs = o_split[2] if o_split[1] == cols else cols
+    return rows, cols, x_rs, o_rs

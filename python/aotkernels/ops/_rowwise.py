@@ -1,7 +1,7 @@
 """What the row-wise ops (norm, softmax) share: argument checks and the launch heuristic.
 
-The checks run before any allocation or launch and raise with the messages RELIABILITY.md
-fixes: "<op>: <arg> must be <expected>, got <actual>".
+The checks run before any allocation or launch and raise "<op>: <arg> must be <expected>, got
+<actual>".
 
 Launch configuration: one heuristic, one place.
 
@@ -38,19 +38,16 @@ over rows, so the cap only trims scheduling overhead).
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
-from ..arrays import ArrayInfo, dtype_name
-from ._common import Call, check_disjoint, check_rows_disjoint, operand, rows_view
+from ..arrays import dtype_name
+from ._op import Args, Meta
 
 __all__ = [
     "RowwiseConfig",
     "check_eps",
-    "row_layout",
     "rowwise_config",
     "same_dtype",
     "vector_operand",
@@ -88,15 +85,15 @@ def _group(units: int) -> int:
 
 
 def vectorizable(
-    cols: int, itemsize: int, ptrs: Iterable[int], strides: Iterable[int], rows: int
+    cols: int, itemsize: int, arrays: Iterable[Meta | None], strides: Iterable[int], rows: int
 ) -> bool:
     """Whether the kernels take the 16-byte path (same test as ``vectorizable`` in reduce.cuh).
 
-    ``ptrs`` are the data pointers the kernel touches (0 for absent ones), ``strides`` the row
+    ``arrays`` are the arrays the kernel touches (None for absent ones), ``strides`` the row
     strides in elements (only checked when there is more than one row).
     """
     vec = 16 // itemsize
-    if cols % vec or any(p % 16 for p in ptrs):
+    if cols % vec or any(m is not None and m.align < 16 for m in arrays):
         return False
     return rows <= 1 or all(s % vec == 0 for s in strides)
 
@@ -133,64 +130,33 @@ def rowwise_config(
 # --- argument checks -----------------------------------------------------------------------------
 
 
-def row_layout(op: str, arg: str, info: ArrayInfo) -> tuple[int, int]:
-    """``info`` as rows of its last dimension: (rows, row stride in elements).
-
-    The last dimension must be contiguous and the leading ones must collapse into one row
-    stride (``x[:, :h]``, ``x[::2]`` are fine, a transpose is not): ``rows_view`` raises
-    ``ValueError`` otherwise. A 0-d array is one row of one element.
-    """
-    shape = info.shape
-    cols = shape[-1] if shape else 1
-    rows = math.prod(shape[:-1]) if shape else 1
-    v_rows, v_cols, v_stride = rows_view(op, arg, info)
-    if v_rows == rows and v_cols == cols:
-        return rows, v_stride
-    return rows, cols  # contiguous: rows_view made one long row; split it at the last dim
-
-
-def same_dtype(op: str, arg: str, info: ArrayInfo, x: ArrayInfo) -> None:
-    if info.dtype != x.dtype:
+def same_dtype(op: str, arg: str, meta: Meta, x: Meta) -> None:
+    if meta.dtype != x.dtype:
         raise TypeError(
             f"{op}: {arg}.dtype must be {dtype_name(x.dtype)} (the dtype of x), got "
-            f"{dtype_name(info.dtype)}"
+            f"{dtype_name(meta.dtype)}"
         )
 
 
-def vector_operand(op: str, arg: str, y: Any, call: Call, hidden: int) -> ArrayInfo:
-    """A per-feature parameter (weight, bias): shape (hidden,), x's dtype and device, stride 1."""
-    info = operand(op, arg, y, call)
-    same_dtype(op, arg, info, call.x)
-    if tuple(info.shape) != (hidden,):
+def vector_operand(a: Args, arg: str, hidden: int) -> Meta | None:
+    """A per-feature parameter (weight, bias): shape (hidden,), x's dtype, stride 1."""
+    meta = a[arg]
+    if meta is None:
+        return None
+    same_dtype(a.op, arg, meta, a.need("x"))
+    if tuple(meta.shape) != (hidden,):
         raise ValueError(
-            f"{op}: {arg}.shape must be ({hidden},) (the last dimension of x), got "
-            f"{tuple(info.shape)}"
+            f"{a.op}: {arg}.shape must be ({hidden},) (the last dimension of x), got "
+            f"{tuple(meta.shape)}"
         )
-    if hidden > 1 and info.strides[0] != 1:
+    if hidden > 1 and meta.strides[0] != 1:
         raise ValueError(
-            f"{op}: {arg} must be contiguous (stride 1), got stride {info.strides[0]}; pass a "
+            f"{a.op}: {arg} must be contiguous (stride 1), got stride {meta.strides[0]}; pass a "
             "contiguous copy"
         )
-    return info
+    return meta
 
 
-def check_eps(op: str, eps: Any) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-        raise TypeError(f"{op}: eps must be a real number, got {type(eps).__name__}")
-    value = float(eps)
-    if not math.isfinite(value) or value < 0:
+def check_eps(op: str, eps: float) -> None:
+    if not math.isfinite(eps) or eps < 0:
         raise ValueError(f"{op}: eps must be a finite number >= 0, got {eps!r}")
-    return value
-
-
-def out_row_stride(
-    op: str, xi: ArrayInfo, oi: ArrayInfo, rows: int, cols: int, allocated: bool
-) -> int:
-    """Row stride of ``out`` after the checks a caller-provided ``out=`` needs."""
-    if allocated:
-        return cols
-    _, o_rs = row_layout(op, "out", oi)
-    check_rows_disjoint(op, "out", rows, cols, o_rs)
-    if (oi.ptr, tuple(oi.strides)) != (xi.ptr, tuple(xi.strides)):  # in place is fine
-        check_disjoint(op, "out", oi, "x", xi)
-    return o_rs

@@ -1,65 +1,216 @@
-"""Elementwise activations: relu, gelu (exact or tanh), silu, sigmoid.
+"""Elementwise activations: relu, gelu (exact or tanh), silu, sigmoid, and their backward ops.
 
 f32 / f16 / bf16, any rank; computed in f32 and rounded once. Inputs may be strided by rows
 (``x[:, :h]``, ``x[::2]``); a non-contiguous last dimension is rejected (``ValueError``).
+``<act>_backward(grad, x)`` gives ``grad * act'(x)``; torch autograd through the forward ops
+runs them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from ._common import (
+from ..arrays import ITEMSIZE
+from ._backward import elementwise_backward_launch, elementwise_backward_shapes
+from ._elementwise import elementwise_config, joint_rows_view
+from ._op import (
+    Args,
+    Attr,
+    Backward,
+    BackwardCtx,
+    Launch,
+    Op,
+    Output,
+    OutSpec,
+    Tensor,
     check_dtype,
-    finish,
-    joint_rows_view,
-    output,
-    prepare,
     rows_view,
-    torch_fast1,
 )
-from ._elementwise import launch_rows
 
-__all__ = ["gelu", "relu", "sigmoid", "silu"]
+__all__ = [
+    "gelu",
+    "gelu_backward",
+    "relu",
+    "relu_backward",
+    "sigmoid",
+    "sigmoid_backward",
+    "silu",
+    "silu_backward",
+]
 
 FAMILY = "activation"
 DTYPES = ("f32", "f16", "bf16")
 _UNROLL = 4  # kUnroll in kernels/activation/activation.cuh
+_APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}
 
 
-def _unary(op: str, kernel: str, x: Any, out: Any, stream: Any) -> Any:
-    symbol = f"ak_{kernel}_"
-    res, key = torch_fast1(symbol, out, x, stream)
-    if res is not None:
-        return res
-    call = prepare(op, x, stream)
-    xi = call.x
-    check_dtype(op, "x", xi, DTYPES)
-    x_split = rows_view(op, "x", xi)  # layout checks before anything is allocated
-    res, oi = output(op, call, out, xi.shape, xi.dtype)
-    rows, cols, x_rs, o_rs = joint_rows_view(op, xi, x_split, oi)
-    if rows * cols:
-        launch_rows(FAMILY, symbol + xi.dtype, call.stream, oi, xi, rows, cols, (x_rs, o_rs),
-                    _UNROLL, key, out is None)  # fmt: skip
-    return finish(call, res, out is None)
+def _shapes(a: Args) -> tuple[OutSpec, ...]:
+    x = a.need("x")
+    check_dtype(a.op, "x", x, DTYPES)
+    rows_view(a.op, "x", x)  # layout checks before anything is allocated
+    return (OutSpec(x.shape, x.dtype),)
+
+
+def _gelu_shapes(a: Args) -> tuple[OutSpec, ...]:
+    if a.attr("approximate") not in _APPROXIMATE:
+        raise ValueError(
+            f"{a.op}: approximate must be 'none' or 'tanh', got {a.attr('approximate')!r}"
+        )
+    return _shapes(a)
+
+
+def _launcher(kernel: Callable[[Args], str]) -> Callable[[Args], list[Launch]]:
+    def launch(a: Args) -> list[Launch]:
+        x = a.need("x")
+        rows, cols, x_rs, o_rs = joint_rows_view(a.op, x, a.out("out"))
+        if rows * cols == 0:
+            return []
+        cfg = elementwise_config(rows, cols, ITEMSIZE[x.dtype], a.sm_count, _UNROLL)
+        args = {"out": "out", "x": "x", "rows": rows, "cols": cols,
+                "x_row_stride": x_rs, "out_row_stride": o_rs}  # fmt: skip
+        return [Launch(f"ak_{kernel(a)}_{x.dtype}", cfg.grid, cfg.block, args)]
+
+    return launch
+
+
+def _grad_fn(name: str) -> Backward:
+    """x's gradient through ``<name>_backward(grad, x, **attrs)`` (a contiguous grad: autograd
+    may hand over broadcast ones)."""
+
+    def fn(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
+        return {"x": _BACKWARD[name](grads[0].contiguous(), ctx.saved["x"], **ctx.attrs)}
+
+    return Backward(saved=("x",), fn=fn)
+
+
+def _unary(name: str, attrs: tuple[Attr, ...] = (), kernel: Any = None) -> Op:
+    return Op(
+        name=name,
+        family=FAMILY,
+        inputs=(Tensor("x"),),
+        attrs=attrs,
+        outputs=(Output("out", inplace_of="x"),),
+        shapes=_gelu_shapes if attrs else _shapes,
+        launch=_launcher(kernel or (lambda a: name)),
+        backward=_grad_fn(name),
+    )
+
+
+RELU = _unary("relu")
+GELU = _unary(
+    "gelu", (Attr("approximate", "str", "none"),), lambda a: _APPROXIMATE[a.attr("approximate")]
+)
+SILU = _unary("silu")
+SIGMOID = _unary("sigmoid")
 
 
 def relu(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     """``max(x, 0)`` elementwise (NaN propagates)."""
-    return _unary("relu", "relu", x, out, stream)
+    return RELU(x, out=out, stream=stream)
 
 
 def gelu(x: Any, approximate: str = "none", *, out: Any = None, stream: Any = None) -> Any:
     """``x * Phi(x)``; ``approximate="tanh"`` uses torch's tanh approximation."""
-    if approximate not in ("none", "tanh"):
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _unary("gelu", "gelu" if approximate == "none" else "gelu_tanh", x, out, stream)
+    return GELU(x, approximate=approximate, out=out, stream=stream)
 
 
 def silu(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     """``x * sigmoid(x)`` elementwise."""
-    return _unary("silu", "silu", x, out, stream)
+    return SILU(x, out=out, stream=stream)
 
 
 def sigmoid(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     """``1 / (1 + exp(-x))`` elementwise."""
-    return _unary("sigmoid", "sigmoid", x, out, stream)
+    return SIGMOID(x, out=out, stream=stream)
+
+
+# --- backward ----------------------------------------------------------------------------------
+
+
+def _gelu_backward_shapes(a: Args) -> tuple[OutSpec, ...]:
+    if a.attr("approximate") not in _APPROXIMATE:
+        raise ValueError(
+            f"{a.op}: approximate must be 'none' or 'tanh', got {a.attr('approximate')!r}"
+        )
+    return elementwise_backward_shapes(a)
+
+
+def _backward_op(name: str, attrs: tuple[Attr, ...] = (), kernel: Any = None) -> Op:
+    pick = kernel or (lambda a: name)
+    return Op(
+        name=f"{name}_backward",
+        family=FAMILY,
+        inputs=(Tensor("grad"), Tensor("x")),
+        attrs=attrs,
+        outputs=(Output("out", inplace_of="grad"),),
+        shapes=_gelu_backward_shapes if attrs else elementwise_backward_shapes,
+        launch=lambda a: elementwise_backward_launch(a, pick(a)),
+    )
+
+
+RELU_BACKWARD = _backward_op("relu")
+GELU_BACKWARD = _backward_op(
+    "gelu", (Attr("approximate", "str", "none"),), lambda a: _APPROXIMATE[a.attr("approximate")]
+)
+SILU_BACKWARD = _backward_op("silu")
+SIGMOID_BACKWARD = _backward_op("sigmoid")
+
+
+def relu_backward(grad: Any, x: Any, *, out: Any = None, stream: Any = None) -> Any:
+    """``grad * (x > 0)``: the gradient of ``relu`` at its input ``x``.
+
+    Where ``x <= 0`` the result is 0 whatever ``grad`` holds (NaN included), and a NaN ``x``
+    passes ``grad`` through, as torch's relu backward does.
+
+    Parameters
+    ----------
+    grad : CUDA array, float32 / float16 / bfloat16
+        The gradient of relu's output; x's shape and dtype.
+    x : CUDA array
+        relu's input. Both may be strided by rows (last dimension contiguous).
+    out : CUDA array, optional
+        Result buffer of x's shape and dtype; may be grad itself (in place).
+    stream : int or stream object, optional
+        Defaults to the current stream of x's framework.
+
+    Returns
+    -------
+    The gradient of x (``out`` when given), f32 math rounded once to x's dtype.
+    """
+    return RELU_BACKWARD(grad, x, out=out, stream=stream)
+
+
+def gelu_backward(
+    grad: Any, x: Any, approximate: str = "none", *, out: Any = None, stream: Any = None
+) -> Any:
+    """``grad * (Phi(x) + x * phi(x))``: the gradient of ``gelu`` at ``x`` (phi the normal
+    density); ``approximate="tanh"`` differentiates torch's tanh approximation instead.
+
+    Arguments as :func:`relu_backward`.
+    """
+    return GELU_BACKWARD(grad, x, approximate=approximate, out=out, stream=stream)
+
+
+def silu_backward(grad: Any, x: Any, *, out: Any = None, stream: Any = None) -> Any:
+    """``grad * s * (1 + x * (1 - s))`` with ``s = sigmoid(x)``: the gradient of ``silu``.
+
+    Arguments as :func:`relu_backward`.
+    """
+    return SILU_BACKWARD(grad, x, out=out, stream=stream)
+
+
+def sigmoid_backward(grad: Any, x: Any, *, out: Any = None, stream: Any = None) -> Any:
+    """``grad * s * (1 - s)`` with ``s = sigmoid(x)``, from sigmoid's *input* ``x``.
+
+    Arguments as :func:`relu_backward`.
+    """
+    return SIGMOID_BACKWARD(grad, x, out=out, stream=stream)
+
+
+_BACKWARD = {
+    "relu": relu_backward,
+    "gelu": gelu_backward,
+    "silu": silu_backward,
+    "sigmoid": sigmoid_backward,
+}

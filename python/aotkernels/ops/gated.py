@@ -1,66 +1,177 @@
 """Gated activations: ``out[..., :d] = act(x[..., :d]) * x[..., d:2d]`` (SwiGLU, GeGLU).
 
 f32 / f16 / bf16; x is [..., 2d] with a contiguous last dimension, rows may be strided.
+``<op>_backward(grad, x)`` gives the gradient of x ([..., 2d]) from the gradient of the
+output ([..., d]); torch autograd through the forward ops runs them.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
-from ._common import (
+from ..arrays import ITEMSIZE
+from ._backward import gated_backward_launch, gated_backward_shapes
+from ._elementwise import elementwise_config
+from ._op import (
+    Args,
+    Attr,
+    Backward,
+    BackwardCtx,
+    Launch,
+    Op,
+    Output,
+    OutSpec,
+    Tensor,
     check_dtype,
-    check_rows_disjoint,
-    finish,
-    output,
-    prepare,
     rows_view,
-    torch_fast1,
 )
-from ._elementwise import launch_rows
 
-__all__ = ["gelu_and_mul", "silu_and_mul"]
+__all__ = ["gelu_and_mul", "gelu_and_mul_backward", "silu_and_mul", "silu_and_mul_backward"]
 
 FAMILY = "gated"
 DTYPES = ("f32", "f16", "bf16")
 _UNROLL = 2  # kUnroll in kernels/gated/gated.cuh
+_APPROXIMATE = {"none": "gelu_and_mul", "tanh": "gelu_tanh_and_mul"}
 
 
-def _gated(op: str, kernel: str, x: Any, out: Any, stream: Any) -> Any:
-    symbol = f"ak_{kernel}_"
-    res, key = torch_fast1(symbol, out, x, stream)
-    if res is not None:
-        return res
-    call = prepare(op, x, stream)
-    xi = call.x
-    check_dtype(op, "x", xi, DTYPES)
-    if not xi.shape or xi.shape[-1] % 2:
+def _shapes(a: Args) -> tuple[OutSpec, ...]:
+    x = a.need("x")
+    check_dtype(a.op, "x", x, DTYPES)
+    if not x.shape or x.shape[-1] % 2:
         raise ValueError(
-            f"{op}: x.shape[-1] must be even (x is [..., 2d]), got shape {tuple(xi.shape)}"
+            f"{a.op}: x.shape[-1] must be even (x is [..., 2d]), got shape {tuple(x.shape)}"
         )
-    d = xi.shape[-1] // 2
-    rows = math.prod(xi.shape[:-1])
-    x_rows, _, x_rs = rows_view(op, "x", xi)  # layout checks before anything is allocated
-    res, oi = output(op, call, out, (*xi.shape[:-1], d), xi.dtype)
-    if rows * d:
+    if "approximate" in a.attrs and a.attr("approximate") not in _APPROXIMATE:
+        raise ValueError(
+            f"{a.op}: approximate must be 'none' or 'tanh', got {a.attr('approximate')!r}"
+        )
+    rows_view(a.op, "x", x)  # layout checks before anything is allocated
+    return (OutSpec((*x.shape[:-1], x.shape[-1] // 2), x.dtype),)
+
+
+def _launcher(kernel: Callable[[Args], str]) -> Callable[[Args], list[Launch]]:
+    def launch(a: Args) -> list[Launch]:
+        x, out = a.need("x"), a.out("out")
+        d = x.shape[-1] // 2
+        rows = math.prod(x.shape[:-1])
+        if rows * d == 0:
+            return []
         # Both split at the last dim: each row of x holds a gate half and an up half.
-        o_rows, _, o_rs = rows_view(op, "out", oi)
+        x_rows, _, x_rs = rows_view(a.op, "x", x)
+        o_rows, _, o_rs = rows_view(a.op, "out", out)
         x_rs = x_rs if x_rows == rows else 2 * d
         o_rs = o_rs if o_rows == rows else d
-        check_rows_disjoint(op, "out", rows, d, o_rs)
-        launch_rows(FAMILY, symbol + xi.dtype, call.stream, oi, xi, rows, d, (x_rs, o_rs),
-                    _UNROLL, key, out is None)  # fmt: skip
-    return finish(call, res, out is None)
+        cfg = elementwise_config(rows, d, ITEMSIZE[x.dtype], a.sm_count, _UNROLL)
+        args = {"out": "out", "x": "x", "rows": rows, "d": d,
+                "x_row_stride": x_rs, "out_row_stride": o_rs}  # fmt: skip
+        return [Launch(f"ak_{kernel(a)}_{x.dtype}", cfg.grid, cfg.block, args)]
+
+    return launch
+
+
+def _grad_fn(name: str) -> Backward:
+    """x's gradient through ``<name>_backward(grad, x, **attrs)`` (a contiguous grad: autograd
+    may hand over broadcast ones)."""
+
+    def fn(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
+        return {"x": _BACKWARD[name](grads[0].contiguous(), ctx.saved["x"], **ctx.attrs)}
+
+    return Backward(saved=("x",), fn=fn)
+
+
+def _gated(name: str, attrs: tuple[Attr, ...], kernel: Callable[[Args], str]) -> Op:
+    return Op(
+        name=name,
+        family=FAMILY,
+        inputs=(Tensor("x"),),
+        attrs=attrs,
+        outputs=(Output("out"),),
+        shapes=_shapes,
+        launch=_launcher(kernel),
+        backward=_grad_fn(name),
+    )
+
+
+SILU_AND_MUL = _gated("silu_and_mul", (), lambda a: "silu_and_mul")
+GELU_AND_MUL = _gated(
+    "gelu_and_mul",
+    (Attr("approximate", "str", "none"),),
+    lambda a: _APPROXIMATE[a.attr("approximate")],
+)
 
 
 def silu_and_mul(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     """``silu(x[..., :d]) * x[..., d:]`` for x of shape [..., 2d]; returns [..., d]."""
-    return _gated("silu_and_mul", "silu_and_mul", x, out, stream)
+    return SILU_AND_MUL(x, out=out, stream=stream)
 
 
 def gelu_and_mul(x: Any, approximate: str = "none", *, out: Any = None, stream: Any = None) -> Any:
     """``gelu(x[..., :d]) * x[..., d:]`` (exact or tanh GELU); returns [..., d]."""
-    if approximate not in ("none", "tanh"):
-        raise ValueError(f"gelu_and_mul: approximate must be 'none' or 'tanh', got {approximate!r}")
-    kernel = "gelu_and_mul" if approximate == "none" else "gelu_tanh_and_mul"
-    return _gated("gelu_and_mul", kernel, x, out, stream)
+    return GELU_AND_MUL(x, approximate=approximate, out=out, stream=stream)
+
+
+# --- backward ----------------------------------------------------------------------------------
+
+
+def _backward_shapes(a: Args) -> tuple[OutSpec, ...]:
+    if "approximate" in a.attrs and a.attr("approximate") not in _APPROXIMATE:
+        raise ValueError(
+            f"{a.op}: approximate must be 'none' or 'tanh', got {a.attr('approximate')!r}"
+        )
+    return gated_backward_shapes(a)
+
+
+def _gated_backward(name: str, attrs: tuple[Attr, ...], kernel: Callable[[Args], str]) -> Op:
+    return Op(
+        name=f"{name}_backward",
+        family=FAMILY,
+        inputs=(Tensor("grad"), Tensor("x")),
+        attrs=attrs,
+        outputs=(Output("out", inplace_of="x"),),
+        shapes=_backward_shapes,
+        launch=lambda a: gated_backward_launch(a, kernel(a)),
+    )
+
+
+SILU_AND_MUL_BACKWARD = _gated_backward("silu_and_mul", (), lambda a: "silu_and_mul")
+GELU_AND_MUL_BACKWARD = _gated_backward(
+    "gelu_and_mul",
+    (Attr("approximate", "str", "none"),),
+    lambda a: _APPROXIMATE[a.attr("approximate")],
+)
+
+
+def silu_and_mul_backward(grad: Any, x: Any, *, out: Any = None, stream: Any = None) -> Any:
+    """The gradient of ``silu_and_mul`` at x: with ``g, u = x[..., :d], x[..., d:]``,
+    ``out[..., :d] = grad * u * silu'(g)`` and ``out[..., d:] = grad * silu(g)``.
+
+    Parameters
+    ----------
+    grad : CUDA array, float32 / float16 / bfloat16, shape [..., d]
+        The gradient of silu_and_mul's output, x's dtype.
+    x : CUDA array, shape [..., 2d]
+        silu_and_mul's input. Both may be strided by rows (last dimension contiguous).
+    out : CUDA array, optional
+        Result buffer of x's shape and dtype; may be x itself (in place).
+    stream : int or stream object, optional
+        Defaults to the current stream of x's framework.
+
+    Returns
+    -------
+    The gradient of x, [..., 2d] (``out`` when given), f32 math rounded once to x's dtype.
+    """
+    return SILU_AND_MUL_BACKWARD(grad, x, out=out, stream=stream)
+
+
+def gelu_and_mul_backward(
+    grad: Any, x: Any, approximate: str = "none", *, out: Any = None, stream: Any = None
+) -> Any:
+    """The gradient of ``gelu_and_mul`` at x: ``out[..., :d] = grad * u * gelu'(g)``,
+    ``out[..., d:] = grad * gelu(g)`` (exact or tanh GELU). Arguments as
+    :func:`silu_and_mul_backward`."""
+    return GELU_AND_MUL_BACKWARD(grad, x, approximate=approximate, out=out, stream=stream)
+
+
+_BACKWARD = {"silu_and_mul": silu_and_mul_backward, "gelu_and_mul": gelu_and_mul_backward}

@@ -23,6 +23,14 @@ bytes (and at least the row), and for 1-byte dtypes both operands K-major (``a``
 ``b`` column-major). Everything else (odd strides, ``K == 0``) runs the mma.sync variants, which
 take any layout and alignment. ``AOTKERNELS_GEMM_PATH=mma_sync|wgmma|tcgen05`` forces a path
 (tests use it to run every path on one GPU).
+
+Batches (``matmul`` on [..., M, K] @ [..., K, N]): one launch walks every matrix, the k-th of
+a / b / out ``k`` batch strides further on (0 for broadcast operands); the batch dims must
+collapse into one stride each (contiguous, broadcast and expanded batches do). mma.sync runs one
+matrix per grid.z; wgmma walks the tiles of every matrix from its persistent grid, each batched
+operand's matrices folded into its TMA map's outer dimension (whole rows apart; an M/N-major
+operand also needs K a multiple of the 64-element stage). ``[B, M, K] @ [K, N]`` with a's rows
+back to back is one GEMM of B * M rows. tcgen05 takes one matrix per launch.
 """
 
 from __future__ import annotations
@@ -31,11 +39,23 @@ import math
 import os
 from typing import Any, NamedTuple
 
-from .. import loader as _loader
 from ..arch_matrix import split_dtype
-from ..arrays import ITEMSIZE, TORCH_TYPES, ArrayInfo, dtype_name, stream_handle
+from ..arrays import ITEMSIZE, dtype_name
 from ..errors import NoKernelImageError
-from ._common import check_disjoint, check_dtype, finish, operand, output, prepare
+from ._op import (
+    Args,
+    Attr,
+    Backward,
+    BackwardCtx,
+    Launch,
+    Meta,
+    Op,
+    Output,
+    OutSpec,
+    Tensor,
+    TensorMap,
+    check_dtype,
+)
 
 __all__ = ["matmul", "scaled_mm"]
 
@@ -52,48 +72,13 @@ _FLAG_A_MMAJOR, _FLAG_B_KMAJOR, _FLAG_BIAS = 1, 2, 4
 _SCALE_NONE, _SCALE_TENSOR, _SCALE_VECTOR, _SCALE_BLOCK_MODE = 0, 1, 2, 3
 _PATHS = ("mma_sync", "wgmma", "tcgen05")
 
-# Dtype spellings accepted by out_dtype= (strings, NumPy / ml_dtypes, torch, JAX), by name.
-_DTYPE_ALIASES = {
-    "float32": "f32", "f32": "f32", "float": "f32",
-    "float16": "f16", "f16": "f16", "half": "f16",
-    "bfloat16": "bf16", "bf16": "bf16",
-    "int32": "int32", "int": "int32",
-    "float8_e4m3fn": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3",
-    "float8_e5m2": "fp8_e5m2", "fp8_e5m2": "fp8_e5m2",
-    "int8": "int8",
-}  # fmt: skip
-
-
-def parse_dtype(op: str, arg: str, value: Any) -> str:
-    """Our dtype name for a string, NumPy / ml_dtypes dtype, torch dtype or JAX scalar type."""
-    if isinstance(value, str):
-        name = value
-    elif isinstance(value, type):  # np.float32, ml_dtypes.bfloat16, jnp.bfloat16
-        try:
-            import numpy
-
-            name = numpy.dtype(value).name
-        except (ImportError, TypeError):
-            name = value.__name__
-    elif hasattr(value, "name") and isinstance(value.name, str):  # np.dtype(...)
-        name = value.name
-    else:
-        name = str(value)  # torch.float32 -> "torch.float32"
-    key = name.removeprefix("torch.").removeprefix("jnp.")
-    if key not in _DTYPE_ALIASES:
-        raise TypeError(
-            f"{op}: {arg} must be a dtype such as 'float32', 'bfloat16' or torch.float16, got "
-            f"{value!r}"
-        )
-    return _DTYPE_ALIASES[key]
-
 
 class _Operand(NamedTuple):
     ld: int  # row stride in elements of its memory layout
     major: str  # "k" (K is the unit-stride dim) or "m" / "n"
 
 
-def _matrix_layout(op: str, arg: str, info: ArrayInfo, outer: str) -> _Operand:
+def _matrix_layout(op: str, arg: str, info: Meta, outer: str) -> _Operand:
     """How a 2-D operand lies in memory: one of its dims must have unit stride.
 
     ``outer`` is the letter of the non-K dim ("m" for a [M, K], "n" for b [K, N]).
@@ -120,13 +105,10 @@ def _matrix_layout(op: str, arg: str, info: ArrayInfo, outer: str) -> _Operand:
     )
 
 
-def _tma_legal(info: ArrayInfo, lay: _Operand, inner: int) -> bool:
+def _tma_legal(info: Meta, lay: _Operand, inner: int) -> bool:
     item = ITEMSIZE[info.dtype]
     return (
-        info.ptr % 16 == 0
-        and (lay.ld * item) % 16 == 0
-        and lay.ld >= inner
-        and lay.ld * item < 2**40
+        info.align == 16 and (lay.ld * item) % 16 == 0 and lay.ld >= inner and lay.ld * item < 2**40
     )
 
 
@@ -201,14 +183,14 @@ def _pick(
 class _Scales(NamedTuple):
     mode_a: int
     mode_b: int
-    a: ArrayInfo | None
-    b: ArrayInfo | None
+    a: Meta | None
+    b: Meta | None
     sa: tuple[int, int]
     sb: tuple[int, int]
 
 
 def _scale_candidates(
-    info: ArrayInfo, vec: tuple[tuple[int, ...], ...], block: tuple[int, int]
+    info: Meta, vec: tuple[tuple[int, ...], ...], block: tuple[int, int]
 ) -> set[int]:
     shape = tuple(info.shape)
     modes = set()
@@ -221,25 +203,23 @@ def _scale_candidates(
     return modes
 
 
-def _vector_stride(info: ArrayInfo) -> int:
+def _vector_stride(info: Meta) -> int:
     """Element stride along the non-unit dim of a (L,), (L, 1) or (1, L) scale vector."""
     if len(info.shape) == 1:
         return info.strides[0]
     return info.strides[0] if info.shape[0] != 1 else info.strides[1]
 
 
-def _scales(
-    op: str, call: Any, dtype: str, m: int, n: int, k: int, scale_a: Any, scale_b: Any
-) -> _Scales:
+def _scales(a: Args, dtype: str, m: int, n: int, k: int) -> _Scales:
     """Scale modes from the scale shapes: per tensor (1 element), per row of a ((M,) or
     (M, 1)) / column of b ((N,) or (1, N)), or fp8 block scales: a (M, ceil(K/128)) and
     b (ceil(N/128), ceil(K/128)), which must come together."""
-    if (scale_a is None) != (scale_b is None):
+    op = a.op
+    sa, sb = (a["scale_a"], a["scale_b"]) if "scale_a" in a.names else (None, None)
+    if (sa is None) != (sb is None):
         raise ValueError(f"{op}: scale_a and scale_b must be given together (or both None)")
-    if scale_a is None:
+    if sa is None or sb is None:
         return _Scales(_SCALE_NONE, _SCALE_NONE, None, None, (0, 0), (0, 0))
-    sa = operand(op, "scale_a", scale_a, call)
-    sb = operand(op, "scale_b", scale_b, call)
     check_dtype(op, "scale_a", sa, ("f32",))
     check_dtype(op, "scale_b", sb, ("f32",))
     kb, nb = math.ceil(k / _SCALE_BLOCK), math.ceil(n / _SCALE_BLOCK)
@@ -274,16 +254,16 @@ def _scales(
 
 
 def _tensor_maps(
-    pick: _Pick, fam: Any, a: ArrayInfo, la: _Operand, b: ArrayInfo, lb: _Operand, m: int, n: int,
-    k: int, folds: tuple[int, int] = (0, 0),
-) -> list[tuple[int, int, int, int, int, int, int, int]]:  # fmt: skip
+    pick: _Pick, fam: Any, a: Meta, la: _Operand, b: Meta, lb: _Operand, m: int, n: int, k: int,
+    folds: tuple[int, int] = (0, 0),
+) -> tuple[TensorMap, ...]:  # fmt: skip
     """TMA descriptors of a and b, as the kernels expect them (arch_matrix.toml, gemm).
 
     ``folds``: rows (of the map's outer dimension) that the other matrices of a batch add to
     a's and b's maps (the kernels offset their outer coordinate by ``z * batch stride / ld``).
     """
     if pick.path == "mma_sync":
-        return []
+        return ()
     v = fam.variants[pick.variant]
     item = ITEMSIZE[a.dtype]
     bk = int(v["k_bytes"]) // item
@@ -296,9 +276,9 @@ def _tensor_maps(
         inner, outer = (k, outer_extent) if k_major else (outer_extent, k)
         outer += fold
         maps.append(
-            (
-                fam.field_offsets[f"tmap_{name}"],
-                fam.ptr_offsets.index(fam.field_offsets[name]),
+            TensorMap(
+                f"tmap_{name}",
+                name,
                 _TMA_TYPES[info.dtype],
                 inner,
                 outer,
@@ -307,304 +287,22 @@ def _tensor_maps(
                 tile if k_major else bk,
             )
         )
-    return maps
+    return tuple(maps)
 
 
-# Torch fast path: (op, dtypes/shapes/strides/devices of every input, out_dtype, 16-byte
-# alignment of a and b) -> (plan, out shape, out torch dtype). Pointers are the only per-call input.
-_PLANS: dict[Any, tuple[Any, tuple[int, ...], Any]] = {}
-_MAX_PLANS = 4096
+class _Problem(NamedTuple):
+    """A validated call: operand layouts, sizes, output dtype and scales."""
 
-
-def _torch_key(op: str, arrays: tuple[Any, ...], extra: Any) -> tuple[Any, list[int]] | None:
-    key: list[Any] = [op, extra]
-    ptrs = []
-    for t in arrays:
-        if t is None:
-            key.append(None)
-            ptrs.append(0)
-            continue
-        if type(t) not in TORCH_TYPES:
-            return None
-        p = t.data_ptr()
-        key.append((t.dtype, t.shape, t.stride(), t.get_device()))
-        ptrs.append(p)
-    # TMA needs a and b 16-byte aligned (arrays[:2]); the other pointers do not shape the plan.
-    key.append((ptrs[0] & 15 == 0, ptrs[1] & 15 == 0))
-    return tuple(key), ptrs
-
-
-class _Batch(NamedTuple):
-    """The batch of one launch: ``n`` matrices, the k-th of a / b / d ``k * stride``
-    elements on (stride 0: broadcast)."""
-
+    la: _Operand
+    lb: _Operand
+    m: int
     n: int
-    a: int
-    b: int
-    d: int
-
-
-def _lead_strides(info: ArrayInfo, rank: int) -> list[int]:
-    """Strides of ``info``'s batch dims right-aligned to ``rank`` dims (0 where broadcast)."""
-    lead = len(info.shape) - 2
-    out = [0] * (rank - lead)
-    out += [st if n != 1 else 0 for n, st in zip(info.shape[:-2], info.strides[:-2], strict=True)]
-    return out
-
-
-def _batches(
-    op: str, ai: ArrayInfo, bi: ArrayInfo, oi: ArrayInfo, shape: tuple[int, ...]
-) -> tuple[list[tuple[int, int, int]], _Batch]:
-    """The batch dims as few launches as their strides allow: (pointer offsets in elements of
-    a, b, d per launch, the batch each launch runs). Dims merge where a, b and d all step
-    through them uniformly (contiguous and broadcast batches become one launch)."""
-    rank = len(shape)
-    cols = list(
-        zip(shape, _lead_strides(ai, rank), _lead_strides(bi, rank), oi.strides[:-2], strict=True)
-    )
-    dims: list[tuple[int, int, int, int]] = []
-    for size, sa, sb, sd in cols:
-        if size == 1:
-            continue
-        if dims:
-            n0, a0, b0, d0 = dims[-1]
-            if (a0, b0, d0) == (sa * size, sb * size, sd * size):
-                dims[-1] = (n0 * size, sa, sb, sd)
-                continue
-        dims.append((size, sa, sb, sd))
-    if not dims:
-        return [(0, 0, 0)], _Batch(1, 0, 0, 0)
-    inner = dims[-1]
-    offsets = [(0, 0, 0)]
-    for size, sa, sb, sd in dims[:-1]:
-        offsets = [(x + i * sa, y + i * sb, z + i * sd) for i in range(size) for x, y, z in offsets]
-    return offsets, _Batch(*inner)
-
-
-def _check_out_batches(op: str, oi: ArrayInfo, m: int, n: int, ldd: int) -> None:
-    """A written out's matrices must not overlap each other (rows are checked separately)."""
-    extent = (m - 1) * ldd + n if m and n else 0
-    dims = sorted((abs(st), sz) for sz, st in zip(oi.shape[:-2], oi.strides[:-2], strict=True)
-                  if sz > 1)  # fmt: skip
-    reach = extent
-    for stride, size in dims:
-        if stride < reach:
-            raise ValueError(
-                f"{op}: out must not overlap itself, got strides {tuple(oi.strides)} for shape "
-                f"{tuple(oi.shape)}"
-            )
-        reach = stride * size
-
-
-def _tma_fold(
-    info: ArrayInfo, lay: _Operand, bs: int, batch: int, extent: int, k: int, bk: int
-) -> int | None:
-    """Rows a batched operand adds to its TMA map's outer dimension, or None when its batch
-    cannot fold into one 2-D map: the batch stride must be whole rows, and an M/N-major
-    operand (whose outer dimension is K) must have no partial last K stage, which would read
-    the next matrix's rows instead of zeros."""
-    if bs == 0 or batch == 1:
-        return 0
-    if bs % lay.ld or bs < 0:
-        return None
-    rows = bs // lay.ld
-    if lay.major != "k" and k % bk:
-        return None
-    if (batch - 1) * rows + extent >= 2**31:  # TMA coordinates are 32-bit
-        return None
-    return (batch - 1) * rows
-
-
-def _gemm(
-    op: str,
-    a: Any,
-    b: Any,
-    scale_a: Any,
-    scale_b: Any,
-    bias: Any,
-    out_dtype: Any,
-    out: Any,
-    stream: Any,
-) -> Any:
-    # Only calls that allocate their output take the fast path: a caller's out= could overlap
-    # an input with new pointers, which only the full validation below would catch.
-    env = (os.environ.get("AOTKERNELS_GEMM_PATH"), os.environ.get("AOTKERNELS_GEMM_TCGEN05"))
-    fast = _torch_key(op, (a, b, scale_a, scale_b, bias), (out_dtype, env)) if out is None else None
-    if fast is not None:
-        hit = _PLANS.get(fast[0])
-        if hit is not None:
-            plan, shape, tdtype = hit
-            ptrs = fast[1]
-            res = a.new_empty(shape, dtype=tdtype)
-            dev = a.get_device()
-            s = _torch_stream(dev) if stream is None else stream_handle(stream)
-            plan(s, res.data_ptr(), *ptrs[:5])
-            return res
-
-    call = prepare(op, a, stream, "a")
-    ai = call.x
-    bi = operand(op, "b", b, call)
-    allowed = MATMUL_DTYPES if op == "matmul" else SCALED_DTYPES
-    check_dtype(op, "a", ai, allowed)
-    mixed = op == "scaled_mm" and ai.dtype != bi.dtype and {ai.dtype, bi.dtype} == set(_FP8)
-    if bi.dtype != ai.dtype and not mixed:
-        other = " or the other fp8 type" if ai.dtype in _FP8 else ""
-        raise TypeError(
-            f"{op}: b.dtype must equal a.dtype ({dtype_name(ai.dtype)}){other}, got "
-            f"{dtype_name(bi.dtype)}"
-        )
-    entry_dtype = f"{ai.dtype}x{bi.dtype}" if mixed else ai.dtype
-    if op == "matmul":
-        # Batched: leading dims broadcast as torch.matmul's do; each matrix is [M, K] / [K, N].
-        for arg, arr, want in (("a", ai, "[..., M, K]"), ("b", bi, "[..., K, N]")):
-            if len(arr.shape) < 2:
-                raise ValueError(
-                    f"{op}: {arg} must be at least 2-D {want}, got shape {tuple(arr.shape)}"
-                )
-        batch_shape = _broadcast(op, ai.shape[:-2], bi.shape[:-2])
-        a2 = ai._replace(shape=ai.shape[-2:], strides=ai.strides[-2:])
-        b2 = bi._replace(shape=bi.shape[-2:], strides=bi.strides[-2:])
-    else:
-        batch_shape = ()
-        a2, b2 = ai, bi
-    la = _matrix_layout(op, "a", a2, "m")
-    lb = _matrix_layout(op, "b", b2, "n")
-    (m, k), (k2, n) = a2.shape, b2.shape
-    if k2 != k:
-        where = (
-            "b.shape[-2] must equal a.shape[-1]"
-            if batch_shape
-            else ("b.shape[0] must equal a.shape[1]")
-        )
-        raise ValueError(f"{op}: {where} ({k}), got b.shape {tuple(bi.shape)}")
-    if op == "matmul":
-        odt = ai.dtype if out_dtype is None else parse_dtype(op, "out_dtype", out_dtype)
-        outs: tuple[str, ...] = ("f16", "bf16", "f32")
-        sc = _scales(op, call, ai.dtype, m, n, k, None, None)
-    else:
-        if out_dtype is None:
-            raise TypeError(f"{op}: out_dtype is required (e.g. 'bfloat16', or 'int32' for int8)")
-        odt = parse_dtype(op, "out_dtype", out_dtype)
-        sc = _scales(op, call, ai.dtype, m, n, k, scale_a, scale_b)
-        if ai.dtype == "int8":
-            outs = ("int32",) if sc.mode_a == _SCALE_NONE else ("f16", "bf16", "f32")
-        else:
-            outs = ("f16", "bf16", "f32")
-    if odt not in outs:
-        what = " without scales" if ai.dtype == "int8" and sc.mode_a == _SCALE_NONE else ""
-        hint = ""
-        if odt == "int32" and op == "scaled_mm" and ai.dtype == "int8":
-            hint = " (int8 with scales gives f16/bf16/f32)"
-        raise TypeError(
-            f"{op}: out_dtype for {dtype_name(ai.dtype)} operands{what} must be one of "
-            f"{', '.join(dtype_name(o) for o in outs)}, got {dtype_name(odt)}{hint}"
-        )
-    bi_info = None
-    if bias is not None:
-        if odt == "int32":
-            raise TypeError(f"{op}: bias is not supported with an int32 output")
-        bi_info = operand(op, "bias", bias, call)
-        check_dtype(op, "bias", bi_info, (odt,))
-        if tuple(bi_info.shape) != (n,):
-            raise ValueError(f"{op}: bias.shape must be ({n},), got {tuple(bi_info.shape)}")
-        if n > 1 and bi_info.strides[0] != 1:
-            raise ValueError(
-                f"{op}: bias must be contiguous, got stride {bi_info.strides[0]}; pass a "
-                "contiguous copy"
-            )
-    res, oi = output(op, call, out, (*batch_shape, m, n), odt)
-    if m and n and not (oi.strides[-1] == 1 or n == 1):
-        raise ValueError(
-            f"{op}: out must be row-major (unit stride along N), got strides {tuple(oi.strides)}"
-        )
-    ldd = oi.strides[-2] if m > 1 else n
-    if m > 1 and n > 0 and abs(ldd) < n:
-        raise ValueError(f"{op}: out must not overlap itself, got row stride {ldd} for N={n}")
-    if out is not None:
-        _check_out_batches(op, oi, m, n, ldd)
-        for name, info in (("a", ai), ("b", bi), ("scale_a", sc.a), ("scale_b", sc.b),
-                           ("bias", bi_info)):  # fmt: skip
-            if info is not None:
-                check_disjoint(op, "out", oi, name, info)
-    if m == 0 or n == 0 or math.prod(batch_shape) == 0:
-        return finish(call, res, out is None)
-
-    offsets, bt = _batches(op, ai, bi, oi, batch_shape)
-    fold_m = bt.b == 0 and la.major == "k" and bt.a == m * la.ld and bt.d == m * ldd
-    if fold_m and m * bt.n <= _MAX_GRID_YZ * 64:  # mma.sync: grid.y of 64-row tiles
-        # [batch, M, K] rows back to back times one b: a single GEMM of batch * M rows.
-        m, bt = m * bt.n, _Batch(1, 0, 0, 0)
-    fam = _loader.family_on(FAMILY, ai.device)
-    layout = ("k" if la.major == "k" else "m") + ("k" if lb.major == "k" else "n")
-    tma_ok = _tma_legal(ai, la, k if la.major == "k" else m) and _tma_legal(
-        bi, lb, k if lb.major == "k" else n
-    )
-    folds: tuple[int | None, int | None] = (0, 0)
-    if tma_ok and bt.n > 1:
-        bk = min(int(v["k_bytes"]) for v in fam.variants.values() if v["path"] != "mma_sync")
-        bk //= ITEMSIZE[ai.dtype]
-        folds = (
-            _tma_fold(ai, la, bt.a, bt.n, m if la.major == "k" else k, k, bk),
-            _tma_fold(bi, lb, bt.b, bt.n, n if lb.major == "k" else k, k, bk),
-        )
-        tma_ok = folds[0] is not None and folds[1] is not None
-    pick = _pick(op, entry_dtype, m, n, k, layout, tma_ok, fam, bt.n)
-    v = fam.variants[pick.variant]
-    flags = (_FLAG_A_MMAJOR if la.major == "m" else 0) | (_FLAG_B_KMAJOR if lb.major == "k" else 0)
-    flags |= _FLAG_BIAS if bi_info is not None else 0
-    bm, bn = int(v["bm"]), int(v["bn"])
-    # mma_sync runs one matrix per grid.z (at most 65535 per launch); wgmma walks every tile of
-    # every matrix from one persistent grid.
-    chunk = min(bt.n, _MAX_GRID_YZ) if pick.path == "mma_sync" else bt.n
-    if pick.path == "mma_sync":
-        grid = (math.ceil(n / bn), math.ceil(m / bm), chunk)
-        if grid[1] > 65535:
-            raise ValueError(f"{op}: M must be at most {65535 * bm} on this path, got {m}")
-    else:
-        tiles = bt.n * math.ceil(m / bm) * math.ceil(n / bn)
-        grid = (min(tiles, fam.device.sm_count), 1, 1)
-    item_a, item_b, item_d = ITEMSIZE[ai.dtype], ITEMSIZE[bi.dtype], ITEMSIZE[odt]
-    launches = [
-        (oa + i * bt.a, ob + i * bt.b, od + i * bt.d, min(chunk, bt.n - i))
-        for oa, ob, od in offsets
-        for i in range(0, bt.n, chunk)
-    ]
-    from .. import _core
-
-    plan, plan_count = None, 0
-    for off_a, off_b, off_d, count in launches:
-        launch_ptrs = (
-            oi.ptr + off_d * item_d,
-            ai.ptr + off_a * item_a,
-            bi.ptr + off_b * item_b,
-            sc.a.ptr if sc.a else 0,
-            sc.b.ptr if sc.b else 0,
-            bi_info.ptr if bi_info else 0,
-        )
-        if plan is None or count != plan_count:
-            plan_count = count
-            packed = fam.params.pack(
-                *launch_ptrs, b"", b"", m, n, k, la.ld, lb.ld, ldd, *sc.sa, *sc.sb, count,
-                bt.a, bt.b, bt.d, flags, _OUT_CODES[odt], sc.mode_a, sc.mode_b,
-            )  # fmt: skip
-            g = (grid[0], grid[1], count) if pick.path == "mma_sync" else grid
-            plan = _core.LaunchPlan(
-                pick.symbol,
-                fam.kernels[pick.symbol],
-                fam.device.context,
-                list(g),
-                [int(v["threads"]), 1, 1],
-                int(v["smem"]),
-                packed,
-                fam.ptr_offsets,
-                _tensor_maps(pick, fam, ai, la, bi, lb, m, n, k, (folds[0] or 0, folds[1] or 0)),
-            )
-        plan(call.stream, *launch_ptrs)
-    if fast is not None and len(launches) == 1:
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[fast[0]] = (plan, tuple(oi.shape), res.dtype)
-    return finish(call, res, out is None)
+    k: int
+    out_dtype: str
+    scales: _Scales
+    bias: Meta | None
+    batch: tuple[int, ...]  # the broadcast batch shape (matmul), () for one matrix
+    entry_dtype: str  # names the entries: a's dtype, or "<a>x<b>" for mixed fp8
 
 
 def _broadcast(op: str, sa: tuple[int, ...], sb: tuple[int, ...]) -> tuple[int, ...]:
@@ -622,10 +320,267 @@ def _broadcast(op: str, sa: tuple[int, ...], sb: tuple[int, ...]) -> tuple[int, 
     return tuple(shape)
 
 
-def _torch_stream(dev: int) -> int:
-    from ..arrays import torch_stream
+def _matrix(info: Meta) -> Meta:
+    """The last two dims of a batched operand: one matrix."""
+    return info._replace(shape=tuple(info.shape[-2:]), strides=tuple(info.strides[-2:]))
 
-    return int(torch_stream(dev))
+
+def _problem(a: Args) -> _Problem:
+    """Every check that needs no output and no device, in the order users meet them."""
+    op = a.op
+    am, bm = a.need("a"), a.need("b")
+    check_dtype(op, "a", am, MATMUL_DTYPES if op == "matmul" else SCALED_DTYPES)
+    mixed = op == "scaled_mm" and am.dtype != bm.dtype and {am.dtype, bm.dtype} == set(_FP8)
+    if bm.dtype != am.dtype and not mixed:
+        other = " or the other fp8 type" if am.dtype in _FP8 else ""
+        raise TypeError(
+            f"{op}: b.dtype must equal a.dtype ({dtype_name(am.dtype)}){other}, got "
+            f"{dtype_name(bm.dtype)}"
+        )
+    batch: tuple[int, ...] = ()
+    if op == "matmul":
+        # Batched: leading dims broadcast as torch.matmul's do; each matrix is [M, K] / [K, N].
+        for arg, arr, want in (("a", am, "[..., M, K]"), ("b", bm, "[..., K, N]")):
+            if len(arr.shape) < 2:
+                raise ValueError(
+                    f"{op}: {arg} must be at least 2-D {want}, got shape {tuple(arr.shape)}"
+                )
+        batch = _broadcast(op, tuple(am.shape[:-2]), tuple(bm.shape[:-2]))
+        am, bm = _matrix(am), _matrix(bm)
+    la = _matrix_layout(op, "a", am, "m")
+    lb = _matrix_layout(op, "b", bm, "n")
+    (m, k), (k2, n) = am.shape, bm.shape
+    if k2 != k:
+        b_shape = tuple(a.need("b").shape)
+        if len(a.need("a").shape) > 2 or len(b_shape) > 2:
+            where = "b.shape[-2] must equal a.shape[-1]"
+        else:
+            where = "b.shape[0] must equal a.shape[1]"
+        raise ValueError(f"{op}: {where} ({k}), got b.shape {b_shape}")
+    out_dtype = a.attr("out_dtype")
+    if op == "matmul":
+        odt = am.dtype if out_dtype is None else out_dtype
+        outs: tuple[str, ...] = ("f16", "bf16", "f32")
+        sc = _Scales(_SCALE_NONE, _SCALE_NONE, None, None, (0, 0), (0, 0))
+    else:
+        if out_dtype is None:
+            raise TypeError(f"{op}: out_dtype is required (e.g. 'bfloat16', or 'int32' for int8)")
+        odt = out_dtype
+        sc = _scales(a, am.dtype, m, n, k)
+        if am.dtype == "int8":
+            outs = ("int32",) if sc.mode_a == _SCALE_NONE else ("f16", "bf16", "f32")
+        else:
+            outs = ("f16", "bf16", "f32")
+    if odt not in outs:
+        what = " without scales" if am.dtype == "int8" and sc.mode_a == _SCALE_NONE else ""
+        hint = ""
+        if odt == "int32" and op == "scaled_mm" and am.dtype == "int8":
+            hint = " (int8 with scales gives f16/bf16/f32)"
+        raise TypeError(
+            f"{op}: out_dtype for {dtype_name(am.dtype)} operands{what} must be one of "
+            f"{', '.join(dtype_name(o) for o in outs)}, got {dtype_name(odt)}{hint}"
+        )
+    bias = a["bias"] if "bias" in a.names else None
+    if bias is not None:
+        if odt == "int32":
+            raise TypeError(f"{op}: bias is not supported with an int32 output")
+        check_dtype(op, "bias", bias, (odt,))
+        if tuple(bias.shape) != (n,):
+            raise ValueError(f"{op}: bias.shape must be ({n},), got {tuple(bias.shape)}")
+        if n > 1 and bias.strides[0] != 1:
+            raise ValueError(
+                f"{op}: bias must be contiguous, got stride {bias.strides[0]}; pass a "
+                "contiguous copy"
+            )
+    entry = f"{am.dtype}x{bm.dtype}" if mixed else am.dtype
+    return _Problem(la, lb, m, n, k, odt, sc, bias, batch, entry)
+
+
+def _shapes(a: Args) -> tuple[OutSpec, ...]:
+    p = _problem(a)
+    return (OutSpec((*p.batch, p.m, p.n), p.out_dtype),)
+
+
+class _Batch(NamedTuple):
+    """``n`` matrices, the k-th of a / b / out ``k`` times a / b / d elements on (0: the same
+    matrix for all, a broadcast)."""
+
+    n: int
+    a: int
+    b: int
+    d: int
+
+
+def _lead_strides(info: Meta, rank: int) -> list[int]:
+    """Strides of ``info``'s batch dims right-aligned to ``rank`` dims (0 where broadcast)."""
+    lead = len(info.shape) - 2
+    out = [0] * (rank - lead)
+    out += [st if n != 1 else 0 for n, st in zip(info.shape[:-2], info.strides[:-2], strict=True)]
+    return out
+
+
+def _batch(op: str, am: Meta, bm: Meta, om: Meta, shape: tuple[int, ...]) -> _Batch:
+    """The batch dims as one (count, stride of a, b, out): dims merge where all three step
+    through them uniformly; ``NotImplementedError`` when they do not collapse."""
+    rank = len(shape)
+    cols = zip(shape, _lead_strides(am, rank), _lead_strides(bm, rank), om.strides[:-2],
+               strict=True)  # fmt: skip
+    dims: list[tuple[int, int, int, int]] = []
+    for size, sa, sb, sd in cols:
+        if size == 1:
+            continue
+        if dims and dims[-1][1:] == (sa * size, sb * size, sd * size):
+            dims[-1] = (dims[-1][0] * size, sa, sb, sd)
+            continue
+        dims.append((size, sa, sb, sd))
+    if not dims:
+        return _Batch(1, 0, 0, 0)
+    if len(dims) > 1:
+        raise NotImplementedError(
+            f"{op}: the batch dims of a {tuple(am.shape)}, b {tuple(bm.shape)} and out "
+            f"{tuple(om.shape)} must collapse into one stride each (a, b and out stepping "
+            "uniformly, or broadcast), got batch dims that do not; pass contiguous operands or "
+            "reshape the batch"
+        )
+    return _Batch(*dims[0])
+
+
+def _tma_fold(lay: _Operand, bs: int, batch: int, extent: int, k: int, bk: int) -> int | None:
+    """Rows a batched operand adds to its TMA map's outer dimension, or None when its batch
+    cannot fold into one 2-D map: the batch stride must be whole rows, and an M/N-major
+    operand (whose outer dimension is K) must have no partial last K stage, which would read
+    the next matrix's rows instead of zeros."""
+    if bs == 0 or batch == 1:
+        return 0
+    if bs < 0 or bs % lay.ld:
+        return None
+    rows = bs // lay.ld
+    if lay.major != "k" and k % bk:
+        return None
+    if (batch - 1) * rows + extent >= 2**31:  # TMA coordinates are 32-bit
+        return None
+    return (batch - 1) * rows
+
+
+def _launch(a: Args) -> list[Launch]:
+    op = a.op
+    p = _problem(a)
+    m, n, k = p.m, p.n, p.k
+    oi = a.out("out")
+    if m and n and not (oi.strides[-1] == 1 or n == 1):
+        raise ValueError(
+            f"{op}: out must be row-major (unit stride along N), got strides {tuple(oi.strides)}"
+        )
+    ldd = oi.strides[-2] if m > 1 else n
+    if m == 0 or n == 0 or math.prod(p.batch) == 0:
+        return []
+    am, bm = a.need("a"), a.need("b")
+    bt = _batch(op, am, bm, oi, p.batch) if p.batch else _Batch(1, 0, 0, 0)
+    am, bm = _matrix(am), _matrix(bm)
+    la, lb, sc = p.la, p.lb, p.scales
+    fold_m = bt.n > 1 and bt.b == 0 and la.major == "k" and bt.a == m * la.ld
+    if fold_m and bt.d == m * ldd and m * bt.n <= _MAX_GRID_YZ * 64:  # mma.sync grid.y
+        # [batch, M, K] rows back to back times one b: a single GEMM of batch * M rows.
+        m, bt = m * bt.n, _Batch(1, 0, 0, 0)
+    fam = a.family()
+    layout = ("k" if la.major == "k" else "m") + ("k" if lb.major == "k" else "n")
+    tma_ok = _tma_legal(am, la, k if la.major == "k" else m) and _tma_legal(
+        bm, lb, k if lb.major == "k" else n
+    )
+    folds: tuple[int | None, int | None] = (0, 0)
+    if tma_ok and bt.n > 1:
+        bk = min(int(v["k_bytes"]) for v in fam.variants.values() if v["path"] != "mma_sync")
+        bk //= ITEMSIZE[am.dtype]
+        folds = (
+            _tma_fold(la, bt.a, bt.n, m if la.major == "k" else k, k, bk),
+            _tma_fold(lb, bt.b, bt.n, n if lb.major == "k" else k, k, bk),
+        )
+        tma_ok = folds[0] is not None and folds[1] is not None
+    pick = _pick(op, p.entry_dtype, m, n, k, layout, tma_ok, fam, bt.n)
+    v = fam.variants[pick.variant]
+    flags = (_FLAG_A_MMAJOR if la.major == "m" else 0) | (_FLAG_B_KMAJOR if lb.major == "k" else 0)
+    flags |= _FLAG_BIAS if p.bias is not None else 0
+    bm_tile, bn_tile = int(v["bm"]), int(v["bn"])
+    if pick.path == "mma_sync":
+        # One matrix per grid.z; wgmma walks every tile of every matrix from one grid.
+        grid = (math.ceil(n / bn_tile), math.ceil(m / bm_tile), bt.n)
+        if grid[1] > _MAX_GRID_YZ:
+            raise ValueError(f"{op}: M must be at most {65535 * bm_tile} on this path, got {m}")
+        if bt.n > _MAX_GRID_YZ:
+            raise NotImplementedError(
+                f"{op}: a batch of at most {_MAX_GRID_YZ} matrices runs on the {pick.path} path "
+                f"(one per grid.z), got {bt.n}; split the batch"
+            )
+    else:
+        tiles = bt.n * math.ceil(m / bm_tile) * math.ceil(n / bn_tile)
+        grid = (min(tiles, fam.device.sm_count), 1, 1)
+    args = {
+        "d": "out", "a": "a", "b": "b",
+        "scale_a": "scale_a" if sc.a is not None else None,
+        "scale_b": "scale_b" if sc.b is not None else None,
+        "bias": "bias" if p.bias is not None else None,
+        "m": m, "n": n, "k": k, "lda": la.ld, "ldb": lb.ld, "ldd": ldd,
+        "sa_s0": sc.sa[0], "sa_s1": sc.sa[1], "sb_s0": sc.sb[0], "sb_s1": sc.sb[1],
+        "batch": bt.n, "a_bs": bt.a, "b_bs": bt.b, "d_bs": bt.d,
+        "flags": flags, "out_dtype": _OUT_CODES[p.out_dtype],
+        "scale_mode_a": sc.mode_a, "scale_mode_b": sc.mode_b,
+    }  # fmt: skip
+    maps = _tensor_maps(pick, fam, am, la, bm, lb, m, n, k, (folds[0] or 0, folds[1] or 0))
+    return [Launch(pick.symbol, grid, (int(v["threads"]),), args, int(v["smem"]), maps)]
+
+
+def _env_key() -> tuple[str | None, str | None]:
+    # The path switches change which kernel a call picks: part of the fast path's key.
+    return os.environ.get("AOTKERNELS_GEMM_PATH"), os.environ.get("AOTKERNELS_GEMM_TCGEN05")
+
+
+def _matmul_backward(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
+    """dA = dC @ B^T and dB = A^T @ dC, through matmul itself: any layout is free, so the
+    transposes are views. dC is taken in a's dtype (the operands' tensor-core type)."""
+    a, b = ctx.saved["a"], ctx.saved["b"]
+    (g,) = grads
+    res = {}
+    if ctx.needs.get("bias"):
+        # The bias gradient: dC summed over every row of every matrix, in the bias dtype.
+        res["bias"] = g.reshape(-1, g.shape[-1]).float().sum(0).to(g.dtype)
+    if g.dtype != a.dtype:
+        g = g.to(a.dtype)
+    # Batched: a broadcast operand's gradient sums over the dims it was broadcast along.
+    if ctx.needs["a"]:
+        res["a"] = matmul(g, b.mT).sum_to_size(a.shape)
+    if ctx.needs["b"]:
+        res["b"] = matmul(a.mT, g).sum_to_size(b.shape)
+    return res
+
+
+MATMUL = Op(
+    name="matmul",
+    family=FAMILY,
+    inputs=(Tensor("a"), Tensor("b"), Tensor("bias", optional=True)),
+    attrs=(Attr("out_dtype", "dtype?", None),),
+    outputs=(Output("out"),),
+    shapes=_shapes,
+    launch=_launch,
+    backward=Backward(("a", "b"), _matmul_backward),
+    cache_key=_env_key,
+)
+
+SCALED_MM = Op(
+    name="scaled_mm",
+    family=FAMILY,
+    inputs=(
+        Tensor("a"),
+        Tensor("b"),
+        Tensor("scale_a", optional=True),
+        Tensor("scale_b", optional=True),
+        Tensor("bias", optional=True),
+    ),
+    attrs=(Attr("out_dtype", "dtype?", None),),
+    outputs=(Output("out"),),
+    shapes=_shapes,
+    launch=_launch,
+    cache_key=_env_key,
+)
 
 
 def matmul(
@@ -644,8 +599,10 @@ def matmul(
     a : CUDA array [..., M, K], float16 or bfloat16; each matrix row- or column-major
         (strides tell)
     b : CUDA array [..., K, N], the same dtype, each matrix row- or column-major
-        The leading (batch) dims broadcast against a's as in ``torch.matmul`` (any strides,
-        stride 0 for broadcast dims included); the result is [*batch, M, N].
+        The leading (batch) dims broadcast against a's as in ``torch.matmul`` (stride 0 for
+        broadcast dims included); the result is [*batch, M, N]. The batch dims of a, b and
+        out must collapse into one stride each (contiguous, broadcast and expanded batches do;
+        others raise ``NotImplementedError``).
     out_dtype : dtype, optional
         float16, bfloat16 or float32 (string, NumPy/ml_dtypes, torch or JAX dtype); default
         a's dtype. Results are rounded once, from the f32 accumulator.
@@ -657,13 +614,11 @@ def matmul(
     stream : int or stream object, optional
         Defaults to the current stream of a's framework.
 
-    Any M, N, K (K = 0 gives zeros, plus bias). Batches run in one launch where a, b and out
-    step through them with one stride each (contiguous and broadcast batches do), else one
-    launch per remaining outer index. Operands that are not 16-byte aligned or whose row
-    stride is not a multiple of 16 bytes run the slower mma.sync path on Hopper, as do batched
-    M/N-major operands whose K is not a multiple of 64.
+    Any M, N, K (K = 0 gives zeros, plus bias). Operands that are not 16-byte aligned or whose
+    row stride is not a multiple of 16 bytes run the slower mma.sync path on Hopper, as do
+    batched M/N-major operands whose K is not a multiple of 64.
     """
-    return _gemm("matmul", a, b, None, None, bias, out_dtype, out, stream)
+    return MATMUL(a, b, bias, out_dtype=out_dtype, out=out, stream=stream)
 
 
 def scaled_mm(
@@ -694,4 +649,4 @@ def scaled_mm(
     bias : CUDA array (N,) of out_dtype, optional; added after scaling.
     out, stream : as for :func:`matmul`.
     """
-    return _gemm("scaled_mm", a, b, scale_a, scale_b, bias, out_dtype, out, stream)
+    return SCALED_MM(a, b, scale_a, scale_b, bias, out_dtype=out_dtype, out=out, stream=stream)

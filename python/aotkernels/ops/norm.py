@@ -5,87 +5,215 @@ x may be strided by rows (``x[:, :h]``, ``x[::2]``) and start at any element; it
 must be contiguous. Any hidden size: rows up to 128 KiB (64 KiB for fused_add_rms_norm, whose
 residual loads need the registers) stay in registers (one read, one write); longer rows are
 streamed twice (three times for layer_norm) from global memory.
+
+``rms_norm_backward`` / ``layer_norm_backward`` give the gradients of x, weight (and bias),
+mean and rstd recomputed from x; torch autograd through ``rms_norm`` / ``layer_norm`` runs them.
+dweight / dbias are column sums over the rows, bitwise repeatable (two launches: per-row-group
+partial sums into a hidden workspace, then a fixed-order sum); hidden sizes up to 16384
+(16-bit) / 8192 (f32).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .. import device as _device
-from ..arrays import ITEMSIZE, ArrayInfo
-from ._common import (
-    Call,
-    check_disjoint,
+from ..arrays import ITEMSIZE
+from ._backward import norm_backward_launch, norm_workspace_shape
+from ._op import (
+    Args,
+    Attr,
+    Backward,
+    BackwardCtx,
+    Launch,
+    Meta,
+    Op,
+    Output,
+    OutSpec,
+    Tensor,
     check_dtype,
-    check_rows_disjoint,
-    finish,
-    make_plan,
-    operand,
-    output,
-    prepare,
-    remember,
-    torch_fast,
-)
-from ._rowwise import (
-    check_eps,
-    out_row_stride,
     row_layout,
-    rowwise_config,
-    same_dtype,
-    vector_operand,
-    vectorizable,
 )
+from ._rowwise import check_eps, rowwise_config, same_dtype, vector_operand, vectorizable
 
-__all__ = ["fused_add_rms_norm", "layer_norm", "rms_norm"]
+__all__ = [
+    "fused_add_rms_norm",
+    "layer_norm",
+    "layer_norm_backward",
+    "rms_norm",
+    "rms_norm_backward",
+]
 
 FAMILY = "norm"
 DTYPES = ("f32", "f16", "bf16")
 _HAS_WEIGHT, _HAS_BIAS = 1, 2  # ak_norm_params.flags (kernels/norm/norm.cuh)
+_EPS = Attr("eps", "float", 1e-6)
 
 
-def _launch(
-    kernel: str,
-    x: Any,
-    out: Any,
-    residual: Any,
-    weight: Any,
-    bias: Any,
-    rows: int,
-    hidden: int,
-    strides: tuple[int, int, int],
-    eps: float,
-    stream: int,
-    key: Any,
-    allocated: bool,
-) -> None:
-    """One launch of ``ak_<kernel>_<dtype>``; ``x``/``out``/... are ArrayInfo or None.
+def _check_x(a: Args) -> tuple[Meta, int]:
+    """The checks every op here starts with: (x, hidden)."""
+    x = a.need("x")
+    check_dtype(a.op, "x", x, DTYPES)
+    if not x.shape:
+        raise ValueError(f"{a.op}: x must have at least 1 dimension, got a 0-d array")
+    row_layout(a.op, "x", x)  # layout checks before anything is allocated
+    check_eps(a.op, a.attr("eps"))
+    return x, x.shape[-1]
 
-    The plan is remembered under ``key`` for the torch fast path (see ``torch_fast``).
-    """
+
+def _norm_shapes(a: Args) -> tuple[OutSpec, ...]:
+    x, hidden = _check_x(a)
+    vector_operand(a, "weight", hidden)
+    if "bias" in a.names:
+        vector_operand(a, "bias", hidden)
+    return (OutSpec(x.shape, x.dtype),)
+
+
+def _norm_launch(a: Args, kernel: str, written: str, residual: str | None) -> list[Launch]:
+    """One launch of ``ak_<kernel>_<dtype>`` writing ``written`` (out, or x in place)."""
+    x = a.need("x")
+    hidden = x.shape[-1]
+    rows, x_rs = row_layout(a.op, "x", x)
     if rows * hidden == 0:
-        return  # empty: nothing to read or write, no launch
+        return []  # empty: nothing to read or write, no launch
+    o = a.out(written) if written == "out" else x
+    o_rs = row_layout(a.op, written, o)[1]
+    r = a[residual] if residual else None
+    r_rs = row_layout(a.op, "residual", r)[1] if r is not None else 0
+    w, b = a["weight"], a["bias"] if "bias" in a.names else None
     item = ITEMSIZE[x.dtype]
-    ptrs = [a.ptr if a is not None else 0 for a in (out, x, residual, weight, bias)]
-    vec = vectorizable(hidden, item, ptrs, strides, rows)
-    sms = _device.device_info(x.device).sm_count
-    cfg = rowwise_config(rows, hidden, item, sms, vec)
-    flags = (_HAS_WEIGHT if weight is not None else 0) | (_HAS_BIAS if bias is not None else 0)
-    plan = make_plan(FAMILY, f"ak_{kernel}_{x.dtype}", x.device, cfg.grid, cfg.block,
-                     *ptrs, rows, hidden, *strides, eps, flags, cfg.vecs_per_thread)  # fmt: skip
-    plan(stream)
-    written = (0, 2) if residual is not None else (0,)  # fused_add_rms_norm writes residual
-    remember(key, plan, (out, x, residual, weight, bias), allocated=allocated, written=written)
+    strides = (x_rs, o_rs, r_rs)
+    vec = vectorizable(hidden, item, (o, x, r, w, b), strides, rows)
+    cfg = rowwise_config(rows, hidden, item, a.sm_count, vec)
+    flags = (_HAS_WEIGHT if w is not None else 0) | (_HAS_BIAS if b is not None else 0)
+    args = {
+        "out": written, "x": "x", "residual": residual,
+        "weight": "weight" if w is not None else None, "bias": "bias" if b is not None else None,
+        "rows": rows, "hidden": hidden, "x_row_stride": x_rs, "out_row_stride": o_rs,
+        "residual_row_stride": r_rs, "eps": a.attr("eps"), "flags": flags,
+        "vecs_per_thread": cfg.vecs_per_thread,
+    }  # fmt: skip
+    return [Launch(f"ak_{kernel}_{x.dtype}", cfg.grid, cfg.block, args)]
 
 
-def _prepare_rows(op: str, x: Any, stream: Any) -> tuple[Call, ArrayInfo, int, int, int]:
-    """The checks every op here starts with: (call, x info, hidden, rows, x row stride)."""
-    call = prepare(op, x, stream)
-    xi = call.x
-    check_dtype(op, "x", xi, DTYPES)
-    if not xi.shape:
-        raise ValueError(f"{op}: x must have at least 1 dimension, got a 0-d array")
-    rows, x_rs = row_layout(op, "x", xi)
-    return call, xi, xi.shape[-1], rows, x_rs
+def _rms_norm_grad(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
+    """Through rms_norm_backward (a contiguous grad: autograd may broadcast it)."""
+    s = ctx.saved
+    dx, dw = rms_norm_backward(grads[0].contiguous(), s["x"], s["weight"], eps=ctx.attr("eps"))
+    return {"x": dx, "weight": dw}
+
+
+RMS_NORM = Op(
+    name="rms_norm",
+    family=FAMILY,
+    inputs=(Tensor("x"), Tensor("weight")),
+    attrs=(_EPS,),
+    outputs=(Output("out", inplace_of="x"),),
+    shapes=_norm_shapes,
+    launch=lambda a: _norm_launch(a, "rms_norm", "out", None),
+    backward=Backward(saved=("x", "weight"), fn=_rms_norm_grad),
+)
+
+
+def _fused_add_shapes(a: Args) -> tuple[OutSpec, ...]:
+    x, hidden = _check_x(a)
+    r = a.need("residual")
+    same_dtype(a.op, "residual", r, x)
+    if tuple(r.shape) != tuple(x.shape):
+        raise ValueError(
+            f"{a.op}: residual.shape must be {tuple(x.shape)} (the shape of x), got "
+            f"{tuple(r.shape)}"
+        )
+    row_layout(a.op, "residual", r)
+    vector_operand(a, "weight", hidden)
+    return ()
+
+
+FUSED_ADD_RMS_NORM = Op(
+    name="fused_add_rms_norm",
+    family=FAMILY,
+    inputs=(Tensor("x", mutated=True), Tensor("residual", mutated=True), Tensor("weight")),
+    attrs=(_EPS,),
+    outputs=(),
+    shapes=_fused_add_shapes,
+    launch=lambda a: _norm_launch(a, "fused_add_rms_norm", "x", "residual"),
+    returns=("x", "residual"),
+)
+
+
+def _layer_norm_grad(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
+    """Through layer_norm_backward (a contiguous grad: autograd may broadcast it)."""
+    s = ctx.saved
+    w, b = s["weight"], s["bias"]
+    dx, dw, db = layer_norm_backward(grads[0].contiguous(), s["x"], w, b, eps=ctx.attr("eps"))
+    return {"x": dx, "weight": dw if w is not None else None, "bias": db if b is not None else None}
+
+
+LAYER_NORM = Op(
+    name="layer_norm",
+    family=FAMILY,
+    inputs=(Tensor("x"), Tensor("weight", optional=True), Tensor("bias", optional=True)),
+    attrs=(Attr("eps", "float", 1e-5),),
+    outputs=(Output("out", inplace_of="x"),),
+    shapes=_norm_shapes,
+    launch=lambda a: _norm_launch(a, "layer_norm", "out", None),
+    backward=Backward(saved=("x", "weight", "bias"), fn=_layer_norm_grad),
+)
+
+
+# --- backward ----------------------------------------------------------------------------------
+
+
+def _backward_shapes(a: Args) -> tuple[OutSpec, ...]:
+    """[out (dx), dweight, dbias (layer_norm only), ws]: dweight / dbias are (hidden,) when the
+    weight / bias is given, else (0,); ws is the hidden f32 workspace of their partial sums."""
+    x, hidden = _check_x(a)
+    g = a.need("grad")
+    same_dtype(a.op, "grad", g, x)
+    if tuple(g.shape) != tuple(x.shape):
+        raise ValueError(
+            f"{a.op}: grad.shape must be {tuple(x.shape)} (the shape of x), got {tuple(g.shape)}"
+        )
+    row_layout(a.op, "grad", g)
+    w = vector_operand(a, "weight", hidden)
+    b = vector_operand(a, "bias", hidden) if "bias" in a.names else None
+    ws = norm_workspace_shape(a.op, hidden, x.dtype, w is not None, b is not None)
+    specs = [OutSpec(x.shape, x.dtype), OutSpec((hidden,) if w is not None else (0,), x.dtype)]
+    if "bias" in a.names:
+        specs.append(OutSpec((hidden,) if b is not None else (0,), x.dtype))
+    return (*specs, OutSpec(ws, "f32"))
+
+
+RMS_NORM_BACKWARD = Op(
+    name="rms_norm_backward",
+    family=FAMILY,
+    inputs=(Tensor("grad"), Tensor("x"), Tensor("weight")),
+    attrs=(_EPS,),
+    outputs=(Output("out", inplace_of="grad"), Output("dweight"), Output("ws", hidden=True)),
+    shapes=_backward_shapes,
+    launch=lambda a: norm_backward_launch(a, "rms_norm_backward"),
+    returns=("out", "dweight"),
+)
+
+LAYER_NORM_BACKWARD = Op(
+    name="layer_norm_backward",
+    family=FAMILY,
+    inputs=(
+        Tensor("grad"),
+        Tensor("x"),
+        Tensor("weight", optional=True),
+        Tensor("bias", optional=True),
+    ),
+    attrs=(Attr("eps", "float", 1e-5),),
+    outputs=(
+        Output("out", inplace_of="grad"),
+        Output("dweight"),
+        Output("dbias"),
+        Output("ws", hidden=True),
+    ),
+    shapes=_backward_shapes,
+    launch=lambda a: norm_backward_launch(a, "layer_norm_backward"),
+    returns=("out", "dweight", "dbias"),
+)
 
 
 def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None, stream: Any = None) -> Any:
@@ -108,20 +236,7 @@ def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None, stream:
     The normalized array (``out`` when given), in x's framework. Accumulation is f32 and the
     result is rounded once to x's dtype.
     """
-    op = "rms_norm"
-    res, key = torch_fast("ak_rms_norm_", out, (x, None, weight, None), stream, eps)
-    if res is not None:
-        return res
-    call, xi, hidden, rows, x_rs = _prepare_rows(op, x, stream)
-    wi = vector_operand(op, "weight", weight, call, hidden)
-    eps_f = check_eps(op, eps)
-    res, oi = output(op, call, out, xi.shape, xi.dtype)
-    o_rs = out_row_stride(op, xi, oi, rows, hidden, out is None)
-    if out is not None:
-        check_disjoint(op, "out", oi, "weight", wi)
-    _launch(op, xi, oi, None, wi, None, rows, hidden, (x_rs, o_rs, 0), eps_f, call.stream,
-            key, out is None)  # fmt: skip
-    return finish(call, res, out is None)
+    return RMS_NORM(x, weight, eps=eps, out=out, stream=stream)
 
 
 def fused_add_rms_norm(
@@ -136,7 +251,8 @@ def fused_add_rms_norm(
     Parameters
     ----------
     x : CUDA array, float32 / float16 / bfloat16, shape [..., hidden]
-        Overwritten with the normalized result. Must be a mutable array (not JAX).
+        Overwritten with the normalized result. Must be a mutable array (JAX arrays get new
+        arrays back instead, see the JAX front end).
     residual : CUDA array, same shape, dtype and device as x
         Overwritten with ``x + residual``. Must not overlap x.
     weight : CUDA array, shape (hidden,), same dtype and device as x, contiguous.
@@ -147,40 +263,8 @@ def fused_add_rms_norm(
     -------
     (x, residual) : the two inputs, updated.
     """
-    op = "fused_add_rms_norm"
-    hit, key = torch_fast("ak_fused_add_rms_norm_", x, (x, residual, weight, None), stream, eps)
-    if hit is not None:
-        return x, residual
-    call = prepare(op, x, stream)
-    xi = call.x
-    check_dtype(op, "x", xi, DTYPES)
-    if not xi.fw.mutable:
-        raise TypeError(
-            f"{op}: x must be a mutable array (the op writes x and residual in place), got an "
-            f"immutable {xi.fw.name} array"
-        )
-    if not xi.shape:
-        raise ValueError(f"{op}: x must have at least 1 dimension, got a 0-d array")
-    hidden = xi.shape[-1]
-    ri = operand(op, "residual", residual, call)
-    same_dtype(op, "residual", ri, xi)
-    if tuple(ri.shape) != tuple(xi.shape):
-        raise ValueError(
-            f"{op}: residual.shape must be {tuple(xi.shape)} (the shape of x), got "
-            f"{tuple(ri.shape)}"
-        )
-    rows, x_rs = row_layout(op, "x", xi)
-    _, r_rs = row_layout(op, "residual", ri)
-    check_rows_disjoint(op, "x", rows, hidden, x_rs)
-    check_rows_disjoint(op, "residual", rows, hidden, r_rs)
-    check_disjoint(op, "residual", ri, "x", xi)
-    wi = vector_operand(op, "weight", weight, call, hidden)
-    check_disjoint(op, "x", xi, "weight", wi)
-    check_disjoint(op, "residual", ri, "weight", wi)
-    eps_f = check_eps(op, eps)
-    _launch(op, xi, xi, ri, wi, None, rows, hidden, (x_rs, x_rs, r_rs), eps_f, call.stream,
-            key, False)  # fmt: skip
-    return x, residual
+    res: tuple[Any, Any] = FUSED_ADD_RMS_NORM(x, residual, weight, eps=eps, stream=stream)
+    return res
 
 
 def layer_norm(
@@ -211,20 +295,68 @@ def layer_norm(
     -------
     The normalized array (``out`` when given), in x's framework.
     """
-    op = "layer_norm"
-    res, key = torch_fast("ak_layer_norm_", out, (x, None, weight, bias), stream, eps)
-    if res is not None:
-        return res
-    call, xi, hidden, rows, x_rs = _prepare_rows(op, x, stream)
-    wi = None if weight is None else vector_operand(op, "weight", weight, call, hidden)
-    bi = None if bias is None else vector_operand(op, "bias", bias, call, hidden)
-    eps_f = check_eps(op, eps)
-    res, oi = output(op, call, out, xi.shape, xi.dtype)
-    o_rs = out_row_stride(op, xi, oi, rows, hidden, out is None)
-    if out is not None:
-        for name, info in (("weight", wi), ("bias", bi)):
-            if info is not None:
-                check_disjoint(op, "out", oi, name, info)
-    _launch(op, xi, oi, None, wi, bi, rows, hidden, (x_rs, o_rs, 0), eps_f, call.stream,
-            key, out is None)  # fmt: skip
-    return finish(call, res, out is None)
+    return LAYER_NORM(x, weight, bias, eps=eps, out=out, stream=stream)
+
+
+def rms_norm_backward(
+    grad: Any, x: Any, weight: Any, eps: float = 1e-6, *, stream: Any = None
+) -> tuple[Any, Any]:
+    """The gradients of ``rms_norm(x, weight, eps)``: with ``rstd = rsqrt(mean(x**2) + eps)``
+    per row,
+
+    ``dx = rstd * weight * grad - x * rstd**3 * mean(x * weight * grad)`` and
+    ``dweight = sum over rows of grad * x * rstd``.
+
+    Parameters
+    ----------
+    grad : CUDA array, float32 / float16 / bfloat16, shape [..., hidden]
+        The gradient of rms_norm's output; x's shape and dtype.
+    x : CUDA array, shape [..., hidden], hidden <= 16384 (16-bit) / 8192 (f32)
+        rms_norm's input. Both may be strided by rows (last dimension contiguous).
+    weight : CUDA array, shape (hidden,), x's dtype, contiguous.
+    eps : float
+        As given to rms_norm (rstd is recomputed from x).
+    stream : int or stream object, optional
+        Defaults to the current stream of x's framework.
+
+    Returns
+    -------
+    (dx, dweight) in x's dtype: f32 math, rounded once. dweight is bitwise repeatable for the
+    same shapes on any GPU.
+    """
+    res: tuple[Any, Any] = RMS_NORM_BACKWARD(grad, x, weight, eps=eps, stream=stream)
+    return res
+
+
+def layer_norm_backward(
+    grad: Any,
+    x: Any,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+    *,
+    stream: Any = None,
+) -> tuple[Any, Any, Any]:
+    """The gradients of ``layer_norm(x, weight, bias, eps)``: with per-row mean, ``rstd =
+    rsqrt(var + eps)``, ``xhat = (x - mean) * rstd`` and ``g = weight * grad``,
+
+    ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))``,
+    ``dweight = sum over rows of grad * xhat`` and ``dbias = sum over rows of grad``.
+
+    Parameters
+    ----------
+    grad, x : as for :func:`rms_norm_backward`.
+    weight : CUDA array of shape (hidden,), optional (absent: 1, and dweight is empty).
+    bias : CUDA array of shape (hidden,), optional: only its presence matters (absent: dbias is
+        empty).
+    eps : float
+        As given to layer_norm.
+    stream : int or stream object, optional
+
+    Returns
+    -------
+    (dx, dweight, dbias) in x's dtype; dweight / dbias have shape (0,) where the weight / bias
+    is absent. f32 math, rounded once; dweight and dbias bitwise repeatable.
+    """
+    res: tuple[Any, Any, Any] = LAYER_NORM_BACKWARD(grad, x, weight, bias, eps=eps, stream=stream)
+    return res

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import device as _device
-from ..arrays import ITEMSIZE, ArrayInfo, dtype_name
-from ._common import check_disjoint, check_dtype, make_plan, operand, prepare, remember, torch_fast
+from ..arrays import ITEMSIZE, dtype_name
+from ._op import Args, Attr, Launch, Meta, Op, OutSpec, Tensor, check_dtype
 
 __all__ = ["rope"]
 
@@ -26,29 +25,19 @@ THREADS = 256  # per block: block.x walks a token's items, block.y stacks tokens
 BLOCKS_PER_SM = 16
 
 
-def _heads(op: str, arg: str, info: ArrayInfo) -> tuple[int, int, int, int, int]:
+def _heads(op: str, arg: str, meta: Meta) -> tuple[int, int, int, int, int]:
     """(tokens, heads, head_dim, token stride, head stride) of a [tokens, heads, head_dim] array
-    whose last dimension is contiguous and whose elements do not overlap."""
-    if len(info.shape) != 3:
+    whose last dimension is contiguous (the runner checks that no two elements overlap)."""
+    if len(meta.shape) != 3:
         raise ValueError(
-            f"{op}: {arg} must be 3-D [tokens, heads, head_dim], got shape {tuple(info.shape)}"
+            f"{op}: {arg} must be 3-D [tokens, heads, head_dim], got shape {tuple(meta.shape)}"
         )
-    (t, h, d), (ts, hs, ds) = info.shape, info.strides
+    (t, h, d), (ts, hs, ds) = meta.shape, meta.strides
     if d > 1 and ds != 1:
         raise ValueError(
             f"{op}: {arg} must have a contiguous last dimension (stride 1), got strides "
-            f"{tuple(info.strides)}; pass a contiguous copy"
+            f"{tuple(meta.strides)}; pass a contiguous copy"
         )
-    # No two elements may share memory: the kernel writes each once, from one thread.
-    dims = sorted(((abs(s), n) for s, n in ((ts, t), (hs, h)) if n > 1), key=lambda e: e[0])
-    reach = d
-    for stride, n in dims:
-        if stride < reach:
-            raise ValueError(
-                f"{op}: {arg} must not overlap itself, got strides {tuple(info.strides)} for "
-                f"shape {tuple(info.shape)}"
-            )
-        reach = stride * n
     return t, h, d, ts, hs
 
 
@@ -63,6 +52,111 @@ def _launch_config(
     by = THREADS // bx
     blocks = min(-(-tokens // by), sm_count * BLOCKS_PER_SM, 2**31 - 1)
     return (max(1, blocks), 1), (bx, by)
+
+
+def _shapes(a: Args) -> tuple[OutSpec, ...]:
+    """Every check; rope writes q and k in place and has no output."""
+    op = a.op
+    q, k = a.need("q"), a.need("k")
+    check_dtype(op, "q", q, DTYPES)
+    tokens, _, head_dim, _, _ = _heads(op, "q", q)
+    if k.dtype != q.dtype:
+        raise TypeError(
+            f"{op}: k.dtype must be {dtype_name(q.dtype)} (the dtype of q), got "
+            f"{dtype_name(k.dtype)}"
+        )
+    k_tokens, _, k_dim, _, _ = _heads(op, "k", k)
+    if (k_tokens, k_dim) != (tokens, head_dim):
+        raise ValueError(
+            f"{op}: k.shape must be ({tokens}, heads_k, {head_dim}) (tokens and head_dim of q), "
+            f"got {tuple(k.shape)}"
+        )
+    pos = a.need("positions")
+    check_dtype(op, "positions", pos, ("int64", "int32"))
+    if tuple(pos.shape) != (tokens,):
+        raise ValueError(
+            f"{op}: positions.shape must be ({tokens},) (one per token of q), got "
+            f"{tuple(pos.shape)}"
+        )
+    if tokens > 1 and pos.strides[0] != 1:
+        raise ValueError(
+            f"{op}: positions must be contiguous (stride 1), got stride {pos.strides[0]}; pass "
+            "a contiguous copy"
+        )
+    cache = a.need("cos_sin_cache")
+    check_dtype(op, "cos_sin_cache", cache, tuple(dict.fromkeys(("f32", q.dtype))))
+    if len(cache.shape) != 2:
+        raise ValueError(
+            f"{op}: cos_sin_cache must be 2-D [max_pos, rot_dim], got shape {tuple(cache.shape)}"
+        )
+    rot_dim = cache.shape[1]
+    if rot_dim % 2 or not 2 <= rot_dim <= head_dim:
+        raise ValueError(
+            f"{op}: cos_sin_cache.shape[1] (rot_dim) must be even and in [2, {head_dim}] "
+            f"(head_dim), got {rot_dim}"
+        )
+    if cache.strides[1] != 1:
+        raise ValueError(
+            f"{op}: cos_sin_cache must have a contiguous last dimension (stride 1), got "
+            f"strides {tuple(cache.strides)}; pass a contiguous copy"
+        )
+    return ()
+
+
+def _launch(a: Args) -> list[Launch]:
+    q, k = a.need("q"), a.need("k")
+    pos, cache = a.need("positions"), a.need("cos_sin_cache")
+    tokens, heads_q, _, q_ts, q_hs = _heads(a.op, "q", q)
+    _, heads_k, _, k_ts, k_hs = _heads(a.op, "k", k)
+    max_pos, rot_dim = cache.shape
+    if tokens == 0 or heads_q + heads_k == 0:
+        return []  # nothing to rotate, no launch
+    neox = a.attr("is_neox")
+    vec = 16 // ITEMSIZE[q.dtype]
+    strides = [s for s, n in ((q_ts, tokens), (q_hs, heads_q), (k_ts, tokens), (k_hs, heads_k))
+               if n > 1]  # fmt: skip
+    # Packets need q and k 16-byte aligned, their strides in whole packets and whole packets
+    # per half (NeoX) or per rotated span (GPT-J).
+    packed = (
+        q.align == 16
+        and k.align == 16
+        and all(s % vec == 0 for s in strides)
+        and (rot_dim // 2 if neox else rot_dim) % vec == 0
+    )
+    flags = (
+        (_NEOX if neox else 0)
+        | (_POS_INT32 if pos.dtype == "int32" else 0)
+        | (_CACHE_F32 if cache.dtype == "f32" else 0)
+        | (_VECTOR if packed else 0)
+    )
+    pairs_per_item = (vec if neox else vec // 2) if packed else 1
+    items = (heads_q + heads_k) * (rot_dim // 2 // pairs_per_item)
+    grid, block = _launch_config(tokens, items, a.sm_count)
+    args = {
+        "q": "q", "k": "k", "positions": "positions", "cos_sin": "cos_sin_cache",
+        "tokens": tokens, "heads_q": heads_q, "heads_k": heads_k, "rot_dim": rot_dim,
+        "q_token_stride": q_ts, "q_head_stride": q_hs, "k_token_stride": k_ts,
+        "k_head_stride": k_hs, "cache_stride": cache.strides[0], "max_pos": max_pos,
+        "flags": flags,
+    }  # fmt: skip
+    return [Launch(f"ak_rope_{q.dtype}", grid, block, args)]
+
+
+ROPE = Op(
+    name="rope",
+    family=FAMILY,
+    inputs=(
+        Tensor("q", mutated=True),
+        Tensor("k", mutated=True),
+        Tensor("positions"),
+        Tensor("cos_sin_cache"),
+    ),
+    attrs=(Attr("is_neox", "bool", True),),
+    outputs=(),
+    shapes=_shapes,
+    launch=_launch,
+    returns=("q", "k"),
+)
 
 
 def rope(
@@ -92,7 +186,7 @@ def rope(
         Any token and head strides (slices of a fused QKV buffer work); last dimension
         contiguous. Updated in place; must be mutable (not JAX).
     k : CUDA array [tokens, heads_k, head_dim], q's dtype, device and head_dim
-        Updated in place; must not overlap q.
+        Updated in place; must not overlap q (nor may either overlap itself).
     positions : CUDA array [tokens], int64 or int32, contiguous
         Positions outside ``[0, max_pos)`` are not supported: the kernel leaves those tokens'
         q and k unrotated rather than read outside the cache, and raises nothing (checking
@@ -109,98 +203,5 @@ def rope(
     -------
     (q, k) : the two inputs, rotated. Math is f32 with one rounding on store.
     """
-    op = "rope"
-    neox = is_neox if isinstance(is_neox, bool) else None
-    hit, key = (
-        torch_fast("ak_rope_", q, (k, positions, cos_sin_cache), stream, neox)
-        if neox is not None
-        else (None, None)
-    )
-    if hit is not None:
-        return q, k
-    if neox is None:
-        raise TypeError(f"{op}: is_neox must be a bool, got {type(is_neox).__name__}")
-    call = prepare(op, q, stream, "q")
-    qi = call.x
-    check_dtype(op, "q", qi, DTYPES)
-    if not qi.fw.mutable:
-        raise TypeError(
-            f"{op}: q must be a mutable array (the op rotates q and k in place), got an "
-            f"immutable {qi.fw.name} array"
-        )
-    tokens, heads_q, head_dim, q_ts, q_hs = _heads(op, "q", qi)
-    ki = operand(op, "k", k, call)
-    if ki.dtype != qi.dtype:
-        raise TypeError(
-            f"{op}: k.dtype must be {dtype_name(qi.dtype)} (the dtype of q), got "
-            f"{dtype_name(ki.dtype)}"
-        )
-    k_tokens, heads_k, k_dim, k_ts, k_hs = _heads(op, "k", ki)
-    if (k_tokens, k_dim) != (tokens, head_dim):
-        raise ValueError(
-            f"{op}: k.shape must be ({tokens}, heads_k, {head_dim}) (tokens and head_dim of q), "
-            f"got {tuple(ki.shape)}"
-        )
-    pi = operand(op, "positions", positions, call)
-    check_dtype(op, "positions", pi, ("int64", "int32"))
-    if tuple(pi.shape) != (tokens,):
-        raise ValueError(
-            f"{op}: positions.shape must be ({tokens},) (one per token of q), got {tuple(pi.shape)}"
-        )
-    if tokens > 1 and pi.strides[0] != 1:
-        raise ValueError(
-            f"{op}: positions must be contiguous (stride 1), got stride {pi.strides[0]}; pass "
-            "a contiguous copy"
-        )
-    ci = operand(op, "cos_sin_cache", cos_sin_cache, call)
-    check_dtype(op, "cos_sin_cache", ci, tuple(dict.fromkeys(("f32", qi.dtype))))
-    if len(ci.shape) != 2:
-        raise ValueError(
-            f"{op}: cos_sin_cache must be 2-D [max_pos, rot_dim], got shape {tuple(ci.shape)}"
-        )
-    max_pos, rot_dim = ci.shape
-    if rot_dim % 2 or not 2 <= rot_dim <= head_dim:
-        raise ValueError(
-            f"{op}: cos_sin_cache.shape[1] (rot_dim) must be even and in [2, {head_dim}] "
-            f"(head_dim), got {rot_dim}"
-        )
-    if ci.strides[1] != 1:
-        raise ValueError(
-            f"{op}: cos_sin_cache must have a contiguous last dimension (stride 1), got "
-            f"strides {tuple(ci.strides)}; pass a contiguous copy"
-        )
-    check_disjoint(op, "q", qi, "k", ki)
-    for name, info in (("positions", pi), ("cos_sin_cache", ci)):
-        check_disjoint(op, "q", qi, name, info)
-        check_disjoint(op, "k", ki, name, info)
-    if tokens == 0 or heads_q + heads_k == 0:
-        return q, k  # nothing to rotate, no launch
-
-    item = ITEMSIZE[qi.dtype]
-    vec = 16 // item
-    ptrs = (qi.ptr, ki.ptr, pi.ptr, ci.ptr)
-    strides = [s for s, n in ((q_ts, tokens), (q_hs, heads_q), (k_ts, tokens), (k_hs, heads_k))
-               if n > 1]  # fmt: skip
-    # Packets need every pointer 16-byte aligned (the torch fast path keys on exactly that),
-    # row strides in whole packets and whole packets per half (NeoX) or per rotated span.
-    packed = (
-        all(p % 16 == 0 for p in ptrs)
-        and all(s % vec == 0 for s in strides)
-        and (rot_dim // 2 if neox else rot_dim) % vec == 0
-    )
-    flags = (
-        (_NEOX if neox else 0)
-        | (_POS_INT32 if pi.dtype == "int32" else 0)
-        | (_CACHE_F32 if ci.dtype == "f32" else 0)
-        | (_VECTOR if packed else 0)
-    )
-    pairs_per_item = (vec if neox else vec // 2) if packed else 1
-    items = (heads_q + heads_k) * (rot_dim // 2 // pairs_per_item)
-    sms = _device.device_info(qi.device).sm_count
-    grid, block = _launch_config(tokens, items, sms)
-    plan = make_plan(FAMILY, f"ak_rope_{qi.dtype}", qi.device, grid, block, *ptrs, tokens,
-                     heads_q, heads_k, rot_dim, q_ts, q_hs, k_ts, k_hs, ci.strides[0],
-                     max_pos, flags)  # fmt: skip
-    plan(call.stream, *ptrs)
-    remember(key, plan, (qi, ki, pi, ci), allocated=False, written=(0, 1), may_alias=False)
-    return q, k
+    res: tuple[Any, Any] = ROPE(q, k, positions, cos_sin_cache, is_neox=is_neox, stream=stream)
+    return res

@@ -2,57 +2,103 @@
 
 Rows may be strided (``x[:, :h]``) and start at any element; the last dimension must be
 contiguous. Rows up to 128 KiB stay in registers; longer rows are streamed three times (max, sum,
-store).
+store). ``softmax_backward(grad, y)`` gives ``y * (grad - sum(grad * y))``; torch autograd
+through ``softmax`` runs it.
 """
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
-from .. import device as _device
 from ..arrays import ITEMSIZE
-from ._common import (
+from ._backward import softmax_backward_launch, softmax_backward_shapes
+from ._op import (
+    Args,
+    Attr,
+    Backward,
+    BackwardCtx,
+    Launch,
+    Op,
+    Output,
+    OutSpec,
+    Tensor,
     check_dtype,
-    finish,
-    make_plan,
-    output,
-    prepare,
-    remember,
-    torch_fast1,
+    row_layout,
 )
-from ._rowwise import out_row_stride, row_layout, rowwise_config, vectorizable
+from ._rowwise import rowwise_config, vectorizable
 
-__all__ = ["softmax"]
+__all__ = ["softmax", "softmax_backward"]
 
 FAMILY = "softmax"
 DTYPES = ("f32", "f16", "bf16")
 
 
-def _last_dim(op: str, dim: Any, shape: tuple[int, ...]) -> None:
-    """Only the last dimension is implemented; anything else is refused with the way out."""
-    if isinstance(dim, bool):
-        raise TypeError(f"{op}: dim must be an int, got bool")
-    try:
-        d = operator.index(dim)
-    except TypeError:
-        raise TypeError(f"{op}: dim must be an int, got {type(dim).__name__}") from None
+def _shapes(a: Args) -> tuple[OutSpec, ...]:
+    x = a.need("x")
+    check_dtype(a.op, "x", x, DTYPES)
+    shape = tuple(x.shape)
+    dim = a.attr("dim")
     nd = max(len(shape), 1)
-    if not -nd <= d < nd:
-        raise ValueError(f"{op}: dim must be in [{-nd}, {nd - 1}] for shape {shape}, got {dim}")
-    if d % nd != nd - 1:
+    if not -nd <= dim < nd:
+        raise ValueError(f"{a.op}: dim must be in [{-nd}, {nd - 1}] for shape {shape}, got {dim}")
+    if dim % nd != nd - 1:
+        # Only the last dimension is implemented; anything else is refused with the way out.
         raise NotImplementedError(
-            f"{op}: dim must be the last dimension (-1 or {nd - 1}), got dim={dim} for shape "
+            f"{a.op}: dim must be the last dimension (-1 or {nd - 1}), got dim={dim} for shape "
             f"{shape}; move that dimension last and pass a contiguous copy"
         )
+    row_layout(a.op, "x", x)  # layout checks before anything is allocated
+    return (OutSpec(shape, x.dtype),)
+
+
+def _launch(a: Args) -> list[Launch]:
+    x, out = a.need("x"), a.out("out")
+    cols = x.shape[-1] if x.shape else 1
+    rows, x_rs = row_layout(a.op, "x", x)
+    o_rs = row_layout(a.op, "out", out)[1]
+    if rows * cols == 0:
+        return []
+    item = ITEMSIZE[x.dtype]
+    vec = vectorizable(cols, item, (out, x), (x_rs, o_rs), rows)
+    cfg = rowwise_config(rows, cols, item, a.sm_count, vec)
+    args = {"out": "out", "x": "x", "rows": rows, "cols": cols, "x_row_stride": x_rs,
+            "out_row_stride": o_rs, "vecs_per_thread": cfg.vecs_per_thread}  # fmt: skip
+    return [Launch(f"ak_softmax_{x.dtype}", cfg.grid, cfg.block, args)]
+
+
+def _grad(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
+    """x's gradient from the saved output (a contiguous grad: autograd may broadcast it)."""
+    return {"x": softmax_backward(grads[0].contiguous(), ctx.saved["out"], dim=ctx.attr("dim"))}
+
+
+SOFTMAX = Op(
+    name="softmax",
+    family=FAMILY,
+    inputs=(Tensor("x"),),
+    attrs=(Attr("dim", "int", -1),),
+    outputs=(Output("out", inplace_of="x"),),
+    shapes=_shapes,
+    launch=_launch,
+    backward=Backward(saved=("out",), fn=_grad),
+)
+
+SOFTMAX_BACKWARD = Op(
+    name="softmax_backward",
+    family=FAMILY,
+    inputs=(Tensor("grad"), Tensor("y")),
+    attrs=(Attr("dim", "int", -1),),
+    outputs=(Output("out", inplace_of="grad"),),
+    shapes=softmax_backward_shapes,
+    launch=softmax_backward_launch,
+)
 
 
 def softmax(x: Any, dim: int = -1, *, out: Any = None, stream: Any = None) -> Any:
     """``out = exp(x - max(x)) / sum(exp(x - max(x)))`` along the last dimension.
 
     Numerically safe (the row maximum is subtracted first). NaN anywhere in a row makes the
-    whole row NaN. A row that is entirely ``-inf`` (fully masked) gives **0** everywhere: the
-    safe-softmax convention of RELIABILITY.md #11, where ``torch.softmax`` returns NaN.
+    whole row NaN. A row that is entirely ``-inf`` (fully masked) gives **0** everywhere (the
+    safe-softmax convention), where ``torch.softmax`` returns NaN.
 
     Parameters
     ----------
@@ -70,26 +116,32 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None, stream: Any = None) -> An
     -------
     The probabilities (``out`` when given), in x's dtype and framework.
     """
-    op = "softmax"
-    res, key = torch_fast1("ak_softmax_", out, x, stream, dim)
-    if res is not None:
-        return res
-    call = prepare(op, x, stream)
-    xi = call.x
-    check_dtype(op, "x", xi, DTYPES)
-    shape = tuple(xi.shape)
-    _last_dim(op, dim, shape)
-    cols = shape[-1] if shape else 1
-    rows, x_rs = row_layout(op, "x", xi)
-    res, oi = output(op, call, out, shape, xi.dtype)
-    o_rs = out_row_stride(op, xi, oi, rows, cols, out is None)
-    if rows * cols:
-        item = ITEMSIZE[xi.dtype]
-        vec = vectorizable(cols, item, (oi.ptr, xi.ptr), (x_rs, o_rs), rows)
-        sms = _device.device_info(xi.device).sm_count
-        cfg = rowwise_config(rows, cols, item, sms, vec)
-        plan = make_plan(FAMILY, f"ak_softmax_{xi.dtype}", xi.device, cfg.grid, cfg.block,
-                         oi.ptr, xi.ptr, rows, cols, x_rs, o_rs, cfg.vecs_per_thread)  # fmt: skip
-        plan(call.stream)
-        remember(key, plan, (oi, xi), allocated=out is None)
-    return finish(call, res, out is None)
+    return SOFTMAX(x, dim=dim, out=out, stream=stream)
+
+
+def softmax_backward(
+    grad: Any, y: Any, dim: int = -1, *, out: Any = None, stream: Any = None
+) -> Any:
+    """``out = y * (grad - sum(grad * y, dim))``: the gradient of ``softmax`` at its input, from
+    its output ``y = softmax(x)`` and the gradient of that output.
+
+    Parameters
+    ----------
+    grad : CUDA array, float32 / float16 / bfloat16
+        The gradient of softmax's output; y's shape and dtype.
+    y : CUDA array
+        softmax's output. Both may be strided by rows (last dimension contiguous).
+    dim : int
+        Must name the last dimension, as for :func:`softmax`.
+    out : CUDA array, optional
+        Result buffer of y's shape and dtype; may be grad itself (in place).
+    stream : int or stream object, optional
+        Defaults to the current stream of y's framework.
+
+    Returns
+    -------
+    The gradient of x (``out`` when given): f32 math (the row sum is a fixed-order tree, so
+    results are bitwise repeatable), rounded once to y's dtype. NaN anywhere in a row of grad
+    or y makes that row NaN.
+    """
+    return SOFTMAX_BACKWARD(grad, y, dim=dim, out=out, stream=stream)

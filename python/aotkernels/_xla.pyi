@@ -1,0 +1,16 @@
+"""Type stubs of the optional ``_xla`` extension (src/xla.cpp): the XLA FFI launch handler."""
+
+JAXLIB_VERSION: str
+"""The jaxlib whose XLA FFI headers this module was compiled against."""
+FFI_API_VERSION: tuple[int, int]
+"""The XLA FFI C API version (major, minor) of those headers."""
+
+def set_driver(launch: int, error_name: int, tensor_map_encode: int) -> None:
+    """Hand over the driver's entry points (from cuGetProcAddress); nothing links libcuda."""
+
+def launch_handler() -> object:
+    """The typed FFI handler that launches a kernel on XLA's stream, as a PyCapsule."""
+
+def describe_handler() -> object:
+    """The host-only handler: same decoding and pointer patching, writes the parameter block
+    to its last result instead of launching (tests without a GPU), as a PyCapsule."""

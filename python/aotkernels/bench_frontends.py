@@ -1,0 +1,161 @@
+"""Benchmarks of the front ends (``aotkernels bench compiled|backward``); tools, not tests.
+
+compiled  one Llama decoder layer (transformers, random weights, bf16) under torch.compile: the
+          stock layer (Inductor's kernels and cuBLAS) beside the same layer with every RMSNorm,
+          linear layer and the SwiGLU MLP replaced by aotkernels ops (attention stays SDPA), at
+          batch x seq 1x1, 8x1 and 1x2048. Milliseconds per layer and the ratio.
+backward  autograd backward of rms_norm (dx, dweight), silu_and_mul and softmax at 16384 x
+          {4096, 8192} bf16: TB/s against torch eager's and torch.compile's backward of the same
+          forward, and the device copy bandwidth. Bytes: each backward input read once (x or y,
+          dy, the weight) and each output written once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import types
+from collections.abc import Callable
+from typing import Any
+
+from .bench import _torch, rotating, time_gpu
+
+__all__ = ["bench_backward", "bench_compiled"]
+
+LAYER_SIZES = ((1, 1), (8, 1), (1, 2048))  # (batch, seq)
+
+
+def _llama_layer(torch: Any) -> tuple[Any, Any]:
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    cfg = LlamaConfig(
+        hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
+        num_key_value_heads=8, num_hidden_layers=1, rms_norm_eps=1e-5, vocab_size=128,
+        max_position_embeddings=4096,
+    )  # fmt: skip
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    layer = LlamaDecoderLayer(cfg, layer_idx=0).to("cuda", torch.bfloat16).eval()
+    for p in layer.parameters():  # the init's small std would make activations vanish
+        p.data.normal_(0, 0.02)
+    return layer, LlamaRotaryEmbedding(cfg).to("cuda")
+
+
+def _with_our_ops(layer: Any, torch: Any) -> Any:
+    """A copy of ``layer`` whose norms, linear layers and MLP run aotkernels ops."""
+    import aotkernels as ak
+
+    ours = copy.deepcopy(layer)
+
+    def norm_forward(self: Any, h: Any) -> Any:
+        return ak.rms_norm(h, self.weight, self.variance_epsilon)
+
+    def linear_forward(self: Any, h: Any) -> Any:
+        flat = h.reshape(-1, h.shape[-1])
+        return ak.matmul(flat, self.weight.t()).reshape(*h.shape[:-1], -1)
+
+    mlp = ours.mlp
+    mlp.gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).t().contiguous().t()
+
+    def mlp_forward(self: Any, h: Any) -> Any:
+        flat = h.reshape(-1, h.shape[-1])
+        act = ak.silu_and_mul(ak.matmul(flat, self.gate_up.t()))
+        return ak.matmul(act, self.down_proj.weight.t()).reshape(*h.shape[:-1], -1)
+
+    ours.input_layernorm.forward = types.MethodType(norm_forward, ours.input_layernorm)
+    ours.post_attention_layernorm.forward = types.MethodType(
+        norm_forward, ours.post_attention_layernorm
+    )
+    attn = ours.self_attn
+    for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj):
+        proj.forward = types.MethodType(linear_forward, proj)
+    mlp.forward = types.MethodType(mlp_forward, mlp)
+    return ours
+
+
+def _time_call(fn: Callable[[], Any]) -> float:
+    return time_gpu(lambda i: fn())
+
+
+def bench_compiled(args: argparse.Namespace) -> list[dict[str, Any]]:
+    torch = _torch()
+    layer, rope = _llama_layer(torch)
+    ours = _with_our_ops(layer, torch)
+    rows: list[dict[str, Any]] = []
+    for batch, seq in LAYER_SIZES:
+        h = torch.randn(batch, seq, 4096, device="cuda", dtype=torch.bfloat16)
+        pos = torch.arange(seq, device="cuda")[None].expand(batch, -1)
+        pe = rope(h, pos)
+
+        def run(mod: Any, h: Any = h, pe: Any = pe, pos: Any = pos) -> Any:
+            out = mod(h, position_embeddings=pe, position_ids=pos)
+            return out[0] if isinstance(out, tuple) else out
+
+        torch._dynamo.reset()
+        with torch.no_grad():
+            stock_c = torch.compile(lambda: run(layer), dynamic=False)
+            ours_c = torch.compile(lambda: run(ours), dynamic=False)
+            ref, got = stock_c(), ours_c()
+            t_stock = _time_call(stock_c)
+            t_ours = _time_call(ours_c)
+        err = ((got.float() - ref.float()).norm() / ref.float().norm()).item()
+        rows.append({
+            "batch_x_seq": f"{batch}x{seq}", "stock_compiled_ms": t_stock,
+            "ours_compiled_ms": t_ours, "speedup": t_stock / t_ours, "rel_err": err,
+        })  # fmt: skip
+    return rows
+
+
+def _backward_cases(
+    torch: Any,
+) -> dict[str, tuple[Callable[..., Any], Callable[..., Any], float]]:
+    """op -> (ours, torch's, x-sized tensors the backward reads and writes)."""
+    import torch.nn.functional as F
+
+    import aotkernels as ak
+
+    return {
+        "rms_norm": (lambda x, w: ak.rms_norm(x, w, 1e-6),
+                     lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6), 3),
+        # x [.., 2d] and dx [.., 2d] read and written, dy [.., d] read: 2.5 x-sized tensors.
+        "silu_and_mul": (lambda x, w: ak.silu_and_mul(x),
+                         lambda x, w: F.silu(x[..., : x.shape[-1] // 2])
+                         * x[..., x.shape[-1] // 2 :], 2.5),
+        "softmax": (lambda x, w: ak.softmax(x), lambda x, w: torch.softmax(x, -1), 3),
+    }  # fmt: skip
+
+
+def bench_backward(args: argparse.Namespace) -> list[dict[str, Any]]:
+    torch = _torch()
+    rows: list[dict[str, Any]] = []
+    for op, (ours, theirs, tensors) in _backward_cases(torch).items():
+        for cols in (4096, 8192):
+            shape = (16384, cols)
+            x = torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            w = torch.randn(cols, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            nbytes = x.numel() * 2
+            moved = tensors * nbytes
+            dst = torch.empty_like(x)
+            copy_tbs = 2 * nbytes / rotating(dst.copy_, [x.detach()]) / 1e9
+            inputs = (x, w) if op == "rms_norm" else (x,)
+
+            def grad_time(
+                fwd: Callable[..., Any], x: Any = x, w: Any = w, inputs: Any = inputs
+            ) -> float:
+                y = fwd(x, w)
+                g = torch.randn_like(y)
+                return time_gpu(lambda i: torch.autograd.grad(y, inputs, g, retain_graph=True))
+
+            t_ours = grad_time(ours)
+            t_eager = grad_time(theirs)
+            t_comp = None if args.no_compile else grad_time(torch.compile(theirs, dynamic=False))
+            tbs = moved / t_ours / 1e9
+            rows.append({
+                "op": op, "shape": list(shape), "ours_TBps": tbs,
+                "eager_TBps": moved / t_eager / 1e9,
+                "compile_TBps": moved / t_comp / 1e9 if t_comp else None,
+                "copy_TBps": copy_tbs, "vs_eager": t_eager / t_ours,
+                "vs_compile": t_comp / t_ours if t_comp else None, "of_copy": tbs / copy_tbs,
+            })  # fmt: skip
+    return rows

@@ -1,0 +1,308 @@
+"""What the backward ops share: shape rules and launch configuration (see ``ops/_op.py``).
+
+The backward ops take the gradient of the forward's output first (``grad``), then what the
+forward saved (its input ``x``, or for softmax its output ``y``), and write ``out`` = the
+gradient of that input (norms: also ``dweight`` / ``dbias``). The rules here are the ``shapes``
+and ``launch`` of their declarations in the family modules.
+
+Launch heuristics
+-----------------
+Elementwise (activation and gated backward): the forward's ``elementwise_config`` with the
+backward kernels' unroll (2 vector groups in flight per thread, each of 2 or 3 loads).
+
+softmax_backward (y and dy resident, up to 4 packets of each per thread, in 64 registers):
+
+==================  ======  ===========================================
+row length nvec     N       G (threads per row)
+==================  ======  ===========================================
+nvec <= 32          1       next power of two >= nvec
+32 < nvec <= 64     2       32
+64 < nvec <= 4096   4       ceil(nvec / 4), whole warps (<= 1024)
+nvec > 4096         0       512, y and dy streamed twice
+==================  ======  ===========================================
+
+rms_norm_backward / layer_norm_backward keep, per thread, N packets of x and of dy and N * V
+f32 column sums (dweight; dbias too), G = the row group covering the row, <= 1024: N = 1 for
+rows of <= 32 packets; else rms_norm_backward takes N = 2 (four 16-byte loads in flight per
+thread) and layer_norm_backward N = 1 while G <= 1024 allows (at N = 2 its two sets of sums
+spill ~70 bytes in 16-bit under the 64 registers), else 2; the scalar layout N = 2. So hidden
+<= 2048 * V (16384 16-bit, 8192 f32 elements); longer rows raise ``NotImplementedError``.
+The grid does not depend on the device: at most ``PARTIAL_THREADS`` threads (about what an
+H200 keeps resident at 64 registers: 132 SMs x 1024) and ``MAX_PARTIALS`` row groups (each
+writes one partial row of column sums, which norm_reduce_cols adds up serially per column).
+The workspace is sized for the most partials any row count gives, so its shape depends on the
+hidden size and dtype alone (torch's fake tensors see it without guards on the row count), and
+dweight / dbias come out bitwise the same on every GPU for the same shapes.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..arrays import ITEMSIZE
+from ._elementwise import elementwise_config
+from ._op import Args, Launch, Meta, OutSpec, check_dtype, row_layout, rows_view
+from ._rowwise import MAX_GROUP, STREAM_GROUP, _group, same_dtype, vectorizable
+
+__all__ = [
+    "DTYPES",
+    "MAX_PARTIALS",
+    "PARTIAL_THREADS",
+    "RowConfig",
+    "elementwise_backward_launch",
+    "elementwise_backward_shapes",
+    "gated_backward_launch",
+    "gated_backward_shapes",
+    "norm_backward_config",
+    "norm_backward_launch",
+    "norm_max_hidden",
+    "norm_workspace_shape",
+    "softmax_backward_config",
+    "softmax_backward_launch",
+    "softmax_backward_shapes",
+]
+
+DTYPES = ("f32", "f16", "bf16")
+ELEMENTWISE_UNROLL = 2  # kUnrollBackward (activation.cuh), kUnroll (gated.cuh)
+BLOCK_THREADS = 256  # rows per block: as many row groups as fit 256 threads
+PARTIAL_THREADS = 132 * 1024
+MAX_PARTIALS = 1024  # partial rows of dweight / dbias: bounds norm_reduce_cols' serial sums
+REDUCE_BLOCK = (32, 32)  # norm_reduce_cols: 32 columns x 32 partial lanes
+MAX_REDUCE_BLOCKS = 65535
+NORM_HAS_WEIGHT, NORM_HAS_BIAS = 1, 2  # ak_norm_params.flags
+NORM_MAX_N = 2  # kMaxN / kScalarN of the norm backward ops (kernels/norm/norm.cuh)
+NORM_PACKETS = {"rms_norm_backward": 2, "layer_norm_backward": 1}  # N preferred (docstring)
+
+
+class RowConfig(NamedTuple):
+    grid: tuple[int, int]
+    block: tuple[int, int]
+    vecs_per_thread: int
+
+
+def _same_shape(op: str, arg: str, m: Meta, shape: tuple[int, ...], what: str) -> None:
+    if tuple(m.shape) != tuple(shape):
+        raise ValueError(f"{op}: {arg}.shape must be {tuple(shape)} ({what}), got {tuple(m.shape)}")
+
+
+def _grad_and(a: Args, name: str, grad_shape: tuple[int, ...] | None = None) -> Meta:
+    """The checks every backward op starts with: ``name`` (x or y) a float array, ``grad`` of
+    its dtype and of ``grad_shape`` (default: its shape), both viewable as rows."""
+    x, g = a.need(name), a.need("grad")
+    check_dtype(a.op, name, x, DTYPES)
+    same_dtype(a.op, "grad", g, x)
+    if grad_shape is None:
+        _same_shape(a.op, "grad", g, tuple(x.shape), f"the shape of {name}")
+    else:
+        _same_shape(a.op, "grad", g, grad_shape, f"{name}'s with the last dimension halved")
+    row_layout(a.op, name, x)
+    row_layout(a.op, "grad", g)
+    return x
+
+
+# --- activation / gated ------------------------------------------------------------------------
+
+
+def elementwise_backward_shapes(a: Args) -> tuple[OutSpec, ...]:
+    """relu/gelu/silu/sigmoid backward: grad and x of one shape and dtype -> out like x."""
+    x = _grad_and(a, "x")
+    return (OutSpec(tuple(x.shape), x.dtype),)
+
+
+def elementwise_backward_launch(a: Args, kernel: str) -> list[Launch]:
+    """``ak_<kernel>_backward_<dtype>``: out = dx from grad and x. When all three are
+    contiguous they are one long row; otherwise each is split at the last dimension."""
+    x, g, o = a.need("x"), a.need("grad"), a.out("out")
+    views = [rows_view(a.op, n, m) for n, m in (("grad", g), ("x", x), ("out", o))]
+    if views[0][0] * views[0][1] == 0:
+        return []
+    if views[0][:2] == views[1][:2] == views[2][:2]:  # all one long row
+        rows, cols = views[0][:2]
+        g_rs, x_rs, o_rs = (v[2] for v in views)
+    else:
+        cols = x.shape[-1]
+        rows = views[0][0] * views[0][1] // cols
+        g_rs, x_rs, o_rs = (row_layout(a.op, n, m)[1] for n, m in (("grad", g), ("x", x),
+                                                                   ("out", o)))  # fmt: skip
+    cfg = elementwise_config(rows, cols, ITEMSIZE[x.dtype], a.sm_count, ELEMENTWISE_UNROLL)
+    args = {"out": "out", "x": "x", "dy": "grad", "rows": rows, "cols": cols,
+            "x_row_stride": x_rs, "out_row_stride": o_rs, "dy_row_stride": g_rs}  # fmt: skip
+    return [Launch(f"ak_{kernel}_backward_{x.dtype}", cfg.grid, cfg.block, args)]
+
+
+def gated_backward_shapes(a: Args) -> tuple[OutSpec, ...]:
+    """*_and_mul backward: x [..., 2d] and grad [..., d] -> out = dx [..., 2d]."""
+    x = a.need("x")
+    if not x.shape or x.shape[-1] % 2:
+        raise ValueError(
+            f"{a.op}: x.shape[-1] must be even (x is [..., 2d]), got shape {tuple(x.shape)}"
+        )
+    _grad_and(a, "x", (*x.shape[:-1], x.shape[-1] // 2))
+    return (OutSpec(tuple(x.shape), x.dtype),)
+
+
+def gated_backward_launch(a: Args, kernel: str) -> list[Launch]:
+    """``ak_<kernel>_backward_<dtype>``, all three split at the last dimension."""
+    x = a.need("x")
+    d = x.shape[-1] // 2
+    rows, x_rs = row_layout(a.op, "x", x)
+    if rows * d == 0:
+        return []
+    g_rs = row_layout(a.op, "grad", a.need("grad"))[1]
+    o_rs = row_layout(a.op, "out", a.out("out"))[1]
+    cfg = elementwise_config(rows, d, ITEMSIZE[x.dtype], a.sm_count, ELEMENTWISE_UNROLL)
+    args = {"out": "out", "x": "x", "dy": "grad", "rows": rows, "d": d,
+            "x_row_stride": x_rs, "out_row_stride": o_rs, "dy_row_stride": g_rs}  # fmt: skip
+    return [Launch(f"ak_{kernel}_backward_{x.dtype}", cfg.grid, cfg.block, args)]
+
+
+# --- softmax -------------------------------------------------------------------------------------
+
+
+def softmax_backward_config(
+    rows: int, cols: int, itemsize: int, sm_count: int, vectorized: bool
+) -> RowConfig:
+    v = 16 // itemsize
+    nvec = -(-cols // v)
+    if vectorized:
+        if nvec <= 32:
+            n, g = 1, _group(nvec)
+        elif nvec <= 64:
+            n, g = 2, 32
+        elif nvec <= 4 * MAX_GROUP:
+            n, g = 4, _group(-(-nvec // 4))
+        else:
+            n, g = 0, STREAM_GROUP
+    elif -(-cols // (4 * v)) <= MAX_GROUP:
+        n, g = 4, _group(-(-cols // (4 * v)))
+    else:
+        n, g = 0, STREAM_GROUP
+    r = max(1, BLOCK_THREADS // g)
+    blocks = min(-(-rows // r), sm_count * 32, 2**31 - 1)
+    return RowConfig((max(1, blocks), 1), (g, r), n)
+
+
+def softmax_backward_shapes(a: Args) -> tuple[OutSpec, ...]:
+    """softmax backward over the last dim: grad and y (the forward's output) -> out like y."""
+    y = _grad_and(a, "y")
+    nd = max(len(y.shape), 1)
+    dim = a.attr("dim")
+    if not -nd <= dim < nd:
+        raise ValueError(f"{a.op}: dim must be in [{-nd}, {nd - 1}] for shape {y.shape}, got {dim}")
+    if dim % nd != nd - 1:
+        raise NotImplementedError(
+            f"{a.op}: dim must be the last dimension (-1 or {nd - 1}), got dim={dim} for shape "
+            f"{tuple(y.shape)}"
+        )
+    return (OutSpec(tuple(y.shape), y.dtype),)
+
+
+def softmax_backward_launch(a: Args) -> list[Launch]:
+    """``ak_softmax_backward_<dtype>``: out = y * (grad - sum(grad * y)) along the last dim."""
+    y, g, o = a.need("y"), a.need("grad"), a.out("out")
+    cols = y.shape[-1] if y.shape else 1
+    rows, y_rs = row_layout(a.op, "y", y)
+    if rows * cols == 0:
+        return []
+    g_rs, o_rs = row_layout(a.op, "grad", g)[1], row_layout(a.op, "out", o)[1]
+    item = ITEMSIZE[y.dtype]
+    vec = vectorizable(cols, item, (y, g, o), (y_rs, g_rs, o_rs), rows)
+    cfg = softmax_backward_config(rows, cols, item, a.sm_count, vec)
+    args = {"out": "out", "x": "y", "dy": "grad", "rows": rows, "cols": cols,
+            "x_row_stride": y_rs, "out_row_stride": o_rs, "dy_row_stride": g_rs,
+            "vecs_per_thread": cfg.vecs_per_thread}  # fmt: skip
+    return [Launch(f"ak_softmax_backward_{y.dtype}", cfg.grid, cfg.block, args)]
+
+
+# --- rms_norm / layer_norm -------------------------------------------------------------------
+
+
+def norm_max_hidden(itemsize: int) -> int:
+    return NORM_MAX_N * MAX_GROUP * (16 // itemsize)
+
+
+def norm_backward_config(
+    kernel: str, rows: int, cols: int, itemsize: int, vectorized: bool
+) -> RowConfig:
+    """The row kernel's launch; the caller has checked ``cols <= norm_max_hidden``."""
+    v = 16 // itemsize
+    if vectorized:
+        nvec = -(-cols // v)
+        n = 1 if nvec <= 32 else NORM_PACKETS[kernel]
+        if -(-nvec // n) > MAX_GROUP:
+            n = NORM_MAX_N
+        g = _group(-(-nvec // n))
+    else:
+        n = NORM_MAX_N
+        g = _group(-(-cols // (n * v)))
+    r = max(1, BLOCK_THREADS // g)
+    blocks = min(-(-rows // r), max(1, PARTIAL_THREADS // (g * r)), max(1, MAX_PARTIALS // r))
+    return RowConfig((max(1, blocks), 1), (g, r), n)
+
+
+def _partials(cfg: RowConfig) -> int:
+    return cfg.grid[0] * cfg.block[1]
+
+
+def norm_workspace_shape(
+    op: str, hidden: int, dtype: str, has_weight: bool, has_bias: bool
+) -> tuple[int, ...]:  # op: rms_norm_backward or layer_norm_backward
+    """The f32 workspace of dweight / dbias partials, [2 with a bias else 1, partials * hidden]
+    for the most partials any row count and either layout (vector, or scalar where alignment
+    says so at launch) gives. ``NotImplementedError`` for rows longer than the kernels keep in
+    registers."""
+    item = ITEMSIZE[dtype]
+    if hidden > norm_max_hidden(item):
+        raise NotImplementedError(
+            f"{op}: x.shape[-1] must be <= {norm_max_hidden(item)} for {dtype} (the row and "
+            f"its column sums stay in registers), got {hidden}"
+        )
+    if hidden == 0 or not (has_weight or has_bias):
+        return (0,)
+    many = MAX_PARTIALS * BLOCK_THREADS  # rows enough for every cap of the grid
+    most = max(
+        _partials(norm_backward_config(op, many, hidden, item, vec)) for vec in (True, False)
+    )
+    return (2 if has_bias else 1, most * hidden)
+
+
+def norm_backward_launch(a: Args, kernel: str) -> list[Launch]:
+    """rms_norm_backward / layer_norm_backward: the row kernel, then norm_reduce_cols.
+
+    Binds grad, x, weight (when given), out (dx), ws (the hidden workspace), dweight (with a
+    weight) and dbias (when the op has a bias input and it is given).
+    """
+    x, g, o = a.need("x"), a.need("grad"), a.out("out")
+    w = a["weight"]
+    has_bias = "bias" in a.names and a["bias"] is not None
+    hidden = x.shape[-1]
+    rows, x_rs = row_layout(a.op, "x", x)
+    flags = (NORM_HAS_WEIGHT if w is not None else 0) | (NORM_HAS_BIAS if has_bias else 0)
+    if hidden == 0 or (rows == 0 and not flags):
+        return []
+    if rows == 0:  # dweight / dbias of no rows: 0, from a reduction over no partials
+        return [_reduce_launch(x.dtype, hidden, 0, flags)]
+    g_rs, o_rs = row_layout(a.op, "grad", g)[1], row_layout(a.op, "out", o)[1]
+    item = ITEMSIZE[x.dtype]
+    vec = vectorizable(hidden, item, (x, g, o, w), (x_rs, g_rs, o_rs), rows)
+    cfg = norm_backward_config(kernel, rows, hidden, item, vec)
+    args = {
+        "out": "out", "x": "x", "dy": "grad", "weight": "weight" if w is not None else None,
+        "ws": "ws" if flags else None, "rows": rows, "hidden": hidden, "x_row_stride": x_rs,
+        "out_row_stride": o_rs, "dy_row_stride": g_rs, "eps": a.attr("eps"), "flags": flags,
+        "vecs_per_thread": cfg.vecs_per_thread,
+    }  # fmt: skip
+    launches = [Launch(f"ak_{kernel}_{x.dtype}", cfg.grid, cfg.block, args)]
+    if flags:
+        launches.append(_reduce_launch(x.dtype, hidden, _partials(cfg), flags))
+    return launches
+
+
+def _reduce_launch(dtype: str, hidden: int, partials: int, flags: int) -> Launch:
+    """norm_reduce_cols over ``partials`` rows of ws into dweight (flags bit 0) / dbias (bit 1)."""
+    blocks = min(-(-hidden // REDUCE_BLOCK[0]), MAX_REDUCE_BLOCKS)
+    grid = (blocks, 2 if flags & NORM_HAS_BIAS else 1)
+    args = {"ws": "ws" if partials else None, "rows": partials, "hidden": hidden, "flags": flags,
+            "dweight": "dweight" if flags & NORM_HAS_WEIGHT else None,
+            "dbias": "dbias" if flags & NORM_HAS_BIAS else None}  # fmt: skip
+    return Launch(f"ak_norm_reduce_cols_{dtype}", grid, REDUCE_BLOCK, args)
