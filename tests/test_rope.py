@@ -161,6 +161,63 @@ def test_launch_config() -> None:
     assert _launch_config(10**7, 96, 132) == ((132 * 16, 1), (128, 2))
 
 
+def _launches(
+    monkeypatch: pytest.MonkeyPatch, q: Any, k: Any, pos: Any, cache: Any, neox: bool = True
+) -> Any:
+    """The declaration's launches for metadata (shape, strides, dtype, alignment) of each
+    array, after its checks, on a fake 132-SM device."""
+    from types import SimpleNamespace
+
+    from aotkernels import device
+    from aotkernels.ops._op import Args, Meta
+    from aotkernels.ops.rope import ROPE
+
+    monkeypatch.setattr(device, "device_info", lambda dev: SimpleNamespace(sm_count=132))
+    names = ("q", "k", "positions", "cos_sin_cache")
+    metas = {n: Meta(*m) for n, m in zip(names, (q, k, pos, cache), strict=True)}
+    a = Args(ROPE, metas, {"is_neox": neox}, 0)
+    assert ROPE.shapes(a) == ()
+    return ROPE.launch(a)
+
+
+def _launch(monkeypatch: pytest.MonkeyPatch, *arrays: Any, neox: bool = True) -> Any:
+    (launch,) = _launches(monkeypatch, *arrays, neox=neox)
+    return launch
+
+
+def test_launch_packets_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 Llama heads from a fused QKV row of 8 heads x 128: 16-byte packets (8 pairs per
+    NeoX item, 4 per GPT-J item) when q and k are 16-byte aligned with packet strides."""
+    q = ((5, 4, 128), (1024, 128, 1), "bf16", 16)
+    k = ((5, 2, 128), (1024, 128, 1), "bf16", 16)
+    pos = ((5,), (1,), "int64", 16)
+    cache = ((100, 128), (128, 1), "f32", 16)
+    launch = _launch(monkeypatch, q, k, pos, cache)
+    assert launch.symbol == "ak_rope_bf16"
+    assert launch.args["flags"] == 1 | 4 | 8  # NeoX, f32 cache, packets
+    assert (launch.grid, launch.block) == ((2, 1), (64, 4))  # 6 heads x 64 / 8 pairs = 48 items
+    assert {f: launch.args[f] for f in ("q", "k", "positions", "cos_sin")} == {
+        "q": "q", "k": "k", "positions": "positions", "cos_sin": "cos_sin_cache"
+    }  # fmt: skip
+    assert (launch.args["q_token_stride"], launch.args["q_head_stride"]) == (1024, 128)
+    assert (launch.args["cache_stride"], launch.args["max_pos"], launch.args["rot_dim"]) == (
+        128, 100, 128
+    )  # fmt: skip
+    gptj = _launch(monkeypatch, q, k, pos, cache, neox=False)
+    assert gptj.args["flags"] == 4 | 8 and gptj.block == (128, 2)  # 6 x 64 / 4 = 96 items
+    misaligned = _launch(monkeypatch, (*q[:3], 2), k, pos, cache)
+    assert misaligned.args["flags"] == 1 | 4 and misaligned.block == (256, 1)  # 6 x 64 pairs
+    odd_stride = _launch(monkeypatch, ((5, 4, 128), (1300, 130, 1), "bf16", 16), k, pos, cache)
+    assert odd_stride.args["flags"] == 1 | 4
+    int32_bf16 = _launch(
+        monkeypatch, q, k, ((5,), (1,), "int32", 16), ((100, 64), (64, 1), "bf16", 16)
+    )
+    assert int32_bf16.args["flags"] == 1 | 2 | 8  # int32 positions, bf16 cache, rot 64
+    empty = ((0, 4, 128), (1024, 128, 1), "bf16", 16)
+    empty_k = ((0, 2, 128), (1024, 128, 1), "bf16", 16)
+    assert _launches(monkeypatch, empty, empty_k, ((0,), (1,), "int64", 16), cache) == []
+
+
 # --- GPU ------------------------------------------------------------------------------------
 
 
