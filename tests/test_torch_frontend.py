@@ -66,7 +66,15 @@ def test_every_op_is_registered() -> None:
             "-> Tensor",
         ),
         ("softmax", "softmax(Tensor x, int dim=-1) -> Tensor"),
-        ("matmul", "matmul(Tensor a, Tensor b, ScalarType? out_dtype=None) -> Tensor"),
+        (
+            "matmul",
+            "matmul(Tensor a, Tensor b, Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor",
+        ),
+        (
+            "rope",
+            "rope(Tensor(a!) q, Tensor(b!) k, Tensor positions, Tensor cos_sin_cache, "
+            "bool is_neox=True) -> ()",
+        ),
         (
             "scaled_mm",
             "scaled_mm(Tensor a, Tensor b, Tensor? scale_a=None, Tensor? scale_b=None, "
@@ -91,7 +99,8 @@ def _fake_cases() -> list[tuple[str, Any, tuple[tuple[int, ...], Any]]]:
         ("rms_norm", lambda: (t(6, 16), t(16), 1e-5), ((6, 16), bf)),
         ("layer_norm", lambda: (t(6, 16, dtype=f32), None, None), ((6, 16), f32)),
         ("softmax", lambda: (t(2, 3, 4),), ((2, 3, 4), bf)),
-        ("matmul", lambda: (t(5, 8), t(8, 3), f32), ((5, 3), f32)),
+        ("matmul", lambda: (t(5, 8), t(8, 3), None, f32), ((5, 3), f32)),
+        ("matmul", lambda: (t(4, 1, 5, 8), t(3, 8, 6), t(6)), ((4, 3, 5, 6), bf)),
         (
             "scaled_mm",
             lambda: (
@@ -175,6 +184,17 @@ def _opcheck_cases() -> list[tuple[str, Any]]:
         ),
         ("softmax", lambda dt: (_cuda(9, 100, dtype=dt), -1)),
         ("matmul", lambda dt: (_cuda(33, 64), _cuda(64, 40))),
+        ("matmul", lambda dt: (_cuda(3, 33, 64), _cuda(64, 40), _cuda(40))),
+        (
+            "rope",
+            lambda dt: (
+                _cuda(7, 4, 64, dtype=dt),
+                _cuda(7, 2, 64, dtype=dt),
+                torch.randint(0, 32, (7,), device="cuda"),
+                _cuda(32, 64, dtype=torch.float32),
+                True,
+            ),
+        ),
     ]
 
 

@@ -23,6 +23,7 @@ from .norm import (
     rms_norm_backward,
 )
 from .quant import quantize_fp8
+from .rope import rope
 from .softmax import softmax, softmax_backward
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "relu_backward",
     "rms_norm",
     "rms_norm_backward",
+    "rope",
     "scaled_mm",
     "sigmoid",
     "sigmoid_backward",
