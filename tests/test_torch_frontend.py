@@ -222,6 +222,84 @@ def test_opcheck_scaled_mm() -> None:
     torch.library.opcheck(torch.ops.aotkernels.scaled_mm.default, args, test_utils=checks)
 
 
+def _one() -> Any:
+    return torch.full((1,), 0.05, device="cuda")
+
+
+def _cu_seqlens() -> Any:
+    return torch.tensor([0, 5, 5, 17], device="cuda", dtype=torch.int32)  # one empty sequence
+
+
+def _qkv(sq: int, sk: int) -> tuple[Any, Any, Any]:
+    return _cuda(2, sq, 4, 64), _cuda(2, sk, 2, 64), _cuda(2, sk, 2, 64)
+
+
+def _packed() -> tuple[Any, Any, Any]:
+    return _cuda(17, 4, 64), _cuda(17, 2, 64), _cuda(17, 2, 64)
+
+
+def _more_opcheck_cases() -> list[tuple[str, Any]]:
+    """The ops of the attention, quant and rope families (bf16 inputs; fp8 outputs e4m3)."""
+    e4m3 = torch.float8_e4m3fn
+    lens = [7, 33]
+    return [
+        ("attention", lambda: (*_qkv(33, 40), True)),
+        ("attention_lse", lambda: (*_qkv(17, 17), False, None, [8, 0])),
+        ("attention_varlen", lambda: (*_packed(), _cu_seqlens(), _cu_seqlens(), 12, 12, True)),
+        ("attention_varlen_lse", lambda: (*_packed(), _cu_seqlens(), _cu_seqlens(), 12, 12)),
+        (
+            "attention_decode",
+            lambda: (
+                _cuda(2, 1, 4, 64),
+                _cuda(2, 40, 2, 64),
+                _cuda(2, 40, 2, 64),
+                torch.tensor(lens, device="cuda", dtype=torch.int32),
+            ),
+        ),
+        ("rms_norm_fp8", lambda: (_cuda(9, 128), _cuda(128), _one(), 1e-6, False, e4m3)),
+        ("rms_norm_fp8_dynamic", lambda: (_cuda(9, 128), _cuda(128), 1e-6, True, e4m3)),
+        (
+            "fused_add_rms_norm_fp8",
+            lambda: (_cuda(9, 128), _cuda(9, 128), _cuda(128), _one(), 1e-6, False, e4m3),
+        ),
+        (
+            "fused_add_rms_norm_fp8_dynamic",
+            lambda: (_cuda(9, 128), _cuda(9, 128), _cuda(128), 1e-6, False, e4m3),
+        ),
+        ("layer_norm_fp8", lambda: (_cuda(9, 96), _one(), _cuda(96), _cuda(96), 1e-5, e4m3)),
+        ("layer_norm_fp8_dynamic", lambda: (_cuda(9, 96), _cuda(96), None, 1e-5, e4m3)),
+        ("silu_and_mul_fp8", lambda: (_cuda(7, 80), _one(), e4m3)),
+        ("silu_and_mul_fp8_dynamic", lambda: (_cuda(7, 80), e4m3)),
+        ("quantize_fp8", lambda: (_cuda(5, 300), e4m3, False, 128)),
+        ("quantize_fp8_static", lambda: (_cuda(5, 300), _one(), e4m3)),
+        (
+            "rope",
+            lambda: (
+                _cuda(11, 4, 64),
+                _cuda(11, 2, 64),
+                torch.randint(0, 50, (11,), device="cuda"),
+                _cuda(64, 64, dtype=torch.float32),
+                True,
+            ),
+        ),
+    ]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("name", "args"), _more_opcheck_cases(), ids=lambda v: str(v)[:24])
+def test_opcheck_more(name: str, args: Any) -> None:
+    torch.library.opcheck(getattr(torch.ops.aotkernels, name).default, args())
+
+
+def test_every_op_has_an_opcheck_case() -> None:
+    """A new op cannot skip opcheck: every declared op appears in one of the case lists."""
+    from test_backward import _opcheck_cases as backward_cases
+
+    covered = {n for n, _ in _opcheck_cases()} | {n for n, _ in _more_opcheck_cases()}
+    covered |= {n for n, _ in backward_cases()} | {"scaled_mm"}
+    assert covered == set(REGISTRY)
+
+
 class _Block(torch.nn.Module):
     """A Llama-style MLP block written with our ops (plus a softmax over the logits)."""
 
