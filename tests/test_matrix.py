@@ -421,6 +421,19 @@ def test_gemm_entries_follow_op_dtypes_variants_and_layouts(doc: dict[str, Any])
     assert wg.config("gemm") == "ak_gemm_v_wg_64x128_kk"
 
 
+def test_mixed_operand_dtypes(doc: dict[str, Any]) -> None:
+    """op_dtypes may name "<a>x<b>" pairs of the family's dtypes of one size: entries take the
+    pair's name and the features both dtypes require."""
+    m = parse_matrix(doc)
+    specs = m.families["gemm"].entry_specs(m.dtypes)
+    mixed = next(s for s in specs if s.symbol == "ak_scaled_mm_fp8_e5m2xfp8_e4m3_mma_64x64")
+    assert mixed.dtype == "fp8_e5m2xfp8_e4m3" and mixed.requires == {"mma_sync_fp8"}
+    for bad in ("f16xfp8_e4m3", "fp8_e4m3xfp8_e4m3", "fp8_e4m3xf64"):
+        broken = copy.deepcopy(doc)
+        broken["families"]["gemm"]["op_dtypes"]["scaled_mm"] = ["int8", bad]
+        reject(broken, f"families.gemm.op_dtypes.scaled_mm: unknown value {bad!r}")
+
+
 def test_variant_constants_and_bad_variants(doc: dict[str, Any]) -> None:
     v = parse_matrix(doc).families["gemm"].variants[0]
     assert v.constant("bm") > 0 and v.path == "mma_sync"

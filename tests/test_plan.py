@@ -397,6 +397,26 @@ def test_write_plan_files(matrix: Matrix, tmp_path: Path) -> None:
     assert "static_assert(offsetof(ak_activation_params, out_row_stride) == 40" in header
 
 
+def test_mixed_operand_entries(matrix: Matrix, tmp_path: Path) -> None:
+    """op_dtypes "<a>x<b>" (scaled_mm e4m3 x e5m2): entries named by the pair, built only into
+    images that hold both dtypes and the variant's features, instantiated through an alias of
+    ak_mixed_t (the template's comma would split the entry macro's arguments)."""
+    plan = make_plan(matrix, TK, archs="80;89;90a", families="gemm")
+    fp = plan.families["gemm"]
+    mixed = {e.symbol: e for e in fp.entries() if "x" in e.dtype}
+    assert mixed["ak_scaled_mm_fp8_e4m3xfp8_e5m2_mma_128x128"].images == ("sm_89", "sm_90a")
+    assert mixed["ak_scaled_mm_fp8_e5m2xfp8_e4m3_wg_64x128_kk"].images == ("sm_90a",)
+    assert not any(s.endswith("_kn") for s in mixed)  # 8-bit wgmma: K-major only
+    write_plan(plan, tmp_path, KERNELS_DIR)
+    src = (tmp_path / "generated" / "gemm_entries.cu").read_text()
+    alias = "using ak_dtype_fp8_e4m3xfp8_e5m2 = ak_mixed_t<__nv_fp8_e4m3, __nv_fp8_e5m2>;"
+    assert alias in src
+    assert (
+        "AK_ENTRY_MMA_SYNC(ak_scaled_mm_fp8_e4m3xfp8_e5m2_mma_64x64, scaled_mm, "
+        "ak_dtype_fp8_e4m3xfp8_e5m2, ak_gemm_v_mma_64x64)"
+    ) in src
+
+
 def _age(paths: list[Path]) -> None:
     """Push mtimes an hour into the past, so a rewrite is visible whatever the fs granularity."""
     for p in paths:

@@ -20,7 +20,8 @@
 
 namespace ak::rope {
 
-constexpr int kNeox = 1;  // ak_rope_params.flags bits
+constexpr int kThreads = 256;  // block size (THREADS in python/aotkernels/ops/rope.py)
+constexpr int kNeox = 1;       // ak_rope_params.flags bits
 constexpr int kPosInt32 = 2;
 constexpr int kCacheF32 = 4;
 constexpr int kVector = 8;
@@ -88,7 +89,8 @@ __device__ __forceinline__ void run_tokens(const ak_rope_params& p) {
 }
 
 // Layout and packet width are compile-time (they shape every access); the index type is 32-bit
-// unless a token has 2**31 or more items.
+// unless a token has 2**31 or more items, which then take one pair per item (sizes that large
+// are far from any model: the 64-bit copy only keeps them correct).
 template <class T, class C>
 __device__ __forceinline__ void dispatch(const ak_rope_params& p) {
   const bool wide = (p.heads_q + p.heads_k) * p.rot_dim >= (int64_t{1} << 31);
@@ -125,8 +127,8 @@ __device__ __forceinline__ void run(const ak_rope_params& p) {
 
 }  // namespace ak::rope
 
-#define AK_ENTRY(symbol, op, T)                          \
-  extern "C" __global__ void __launch_bounds__(1024)     \
-      symbol(const __grid_constant__ ak_rope_params p) { \
-    ak::rope::run<T>(p);                                 \
+#define AK_ENTRY(symbol, op, T)                                    \
+  extern "C" __global__ void __launch_bounds__(ak::rope::kThreads) \
+      symbol(const __grid_constant__ ak_rope_params p) {           \
+    ak::rope::run<T>(p);                                           \
   }

@@ -21,7 +21,7 @@ FAMILY = "rope"
 DTYPES = ("f32", "f16", "bf16")
 # ak_rope_params.flags (kernels/rope/rope.cuh)
 _NEOX, _POS_INT32, _CACHE_F32, _VECTOR = 1, 2, 4, 8
-THREADS = 256  # per block: block.x walks a token's items, block.y stacks tokens
+THREADS = 256  # per block (kThreads in kernels/rope/rope.cuh): block.x items, block.y tokens
 BLOCKS_PER_SM = 16
 
 
