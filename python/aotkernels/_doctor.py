@@ -11,11 +11,16 @@ from . import loader
 from .errors import AotKernelsError
 from .select import choose_image, format_version
 
-__all__ = ["distribution", "min_driver", "parse_cc", "report"]
+__all__ = ["distribution", "min_driver", "parse_cc", "ptx_note", "report"]
 
-# Oldest Linux driver of each CUDA major (CUDA release notes, minor-version compatibility):
-# a wheel whose manifest says driver_floor "13.0" needs R580, "12.0" R525.
-_MIN_DRIVER = {12: "525.60.13", 13: "580.65.06"}
+# Oldest Linux driver of each CUDA version (the CUDA release notes' driver table): a wheel
+# whose manifest says driver_floor "13.0" needs R580, "12.0" R525; PTX of ISA 8.4 (CUDA 12.4)
+# needs a 12.4 driver, R550.
+_MIN_DRIVER = {
+    (12, 0): "525.60.13", (12, 1): "530.30.02", (12, 2): "535.54.03", (12, 3): "545.23.06",
+    (12, 4): "550.54.14", (12, 5): "555.42.02", (12, 6): "560.28.03", (12, 8): "570.26",
+    (12, 9): "575.51.03", (13, 0): "580.65.06",
+}  # fmt: skip
 
 
 def distribution() -> str:
@@ -42,7 +47,30 @@ def distribution() -> str:
 
 def min_driver(floor: str) -> str | None:
     """``"13.0"`` -> ``"580.65.06"``: the oldest NVIDIA driver serving that CUDA version."""
-    return _MIN_DRIVER.get(int(floor.split(".")[0]))
+    return _MIN_DRIVER.get(_version(floor))
+
+
+def ptx_note(man: dict[str, Any], driver: tuple[int, int] | None) -> str | None:
+    """What this build's PTX asks of the driver beyond its cubins' floor, for ``driver``.
+
+    A CUDA 12.4 build's cubins load under any 12.x driver (R525+), but its PTX, which the
+    GPUs without a cubin here run (Blackwell, for one), needs a 12.4 driver (R550) to JIT.
+    """
+    ptx_floor = man.get("ptx_driver_floor")
+    if not ptx_floor or _version(ptx_floor) <= _version(man["driver_floor"]):
+        return None
+    need = min_driver(ptx_floor)
+    note = (
+        f"its PTX needs a driver for CUDA >= {ptx_floor}"
+        + (f" (NVIDIA >= {need})" if need else "")
+        + "; the GPUs with no cubin in this build JIT that PTX"
+    )
+    if driver is not None and _version(man["driver_floor"]) <= driver < _version(ptx_floor):
+        note += (
+            f". With a CUDA {format_version(driver)} driver: the cubins run, the PTX does not "
+            "(a GPU with no cubin here gets DriverTooOldError)"
+        )
+    return note
 
 
 def _version(text: str) -> tuple[int, int]:
@@ -121,8 +149,10 @@ def report(arch: str | None = None, driver: str | None = None) -> dict[str, Any]
             "distribution": distribution(),
             "version": man["package_version"],
             "toolkit": man["toolkit"],
+            "toolkit_full": man.get("toolkit_full", man["toolkit"]),
             "driver_floor": man["driver_floor"],
             "min_driver": min_driver(man["driver_floor"]),
+            "ptx_driver_floor": man.get("ptx_driver_floor"),
             "archs": man.get("archs"),
         },
         "driver": None,
@@ -141,6 +171,9 @@ def report(arch: str | None = None, driver: str | None = None) -> dict[str, Any]
     else:
         floor = str(man["driver_floor"]).split(".")
         drv = real_driver or (int(floor[0]), int(floor[1]))
+    note = ptx_note(man, drv)
+    if note:
+        rep["ptx_note"] = note
     if arch is not None:
         cc = parse_cc(arch)
         label = f"a simulated {format_version(cc)} device"

@@ -137,10 +137,12 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     p = rep["package"]
     need = f", NVIDIA driver >= {p['min_driver']}" if p.get("min_driver") else ""
     con.print(
-        f"{p['distribution']} {p['version']} built with CUDA {p['toolkit']} "
+        f"{p['distribution']} {p['version']} built with CUDA {p['toolkit_full']} "
         f"(needs a driver for CUDA >= {p['driver_floor']}{need})",
         highlight=False,
     )
+    if "ptx_note" in rep:
+        con.print(f"PTX: {rep['ptx_note']}", highlight=False)
     con.print(
         f"driver: CUDA {rep['driver']}"
         if rep["driver"]
