@@ -398,6 +398,14 @@ def _link(link: Path, target: str) -> None:
 def lay_out(major: int, prefix: Path) -> Path:
     """Add the links a CUDA install has and the wheels/archives lack; return the root."""
     root = cuda_root(major, prefix)
+    link_layout(major, root)
+    if major == 13:  # relative symlink beside the site folder: a stable, short root path
+        _link(prefix / "cuda", os.path.relpath(root, prefix))
+    return root
+
+
+def link_layout(major: int, root: Path) -> None:
+    """The links of a CUDA install in ``root``: lib/lib64, targets/<arch>-linux, libcudart.so."""
     if (root / "lib64").is_dir() and not (root / "lib").exists():
         _link(root / "lib", "lib64")
     else:
@@ -407,9 +415,6 @@ def lay_out(major: int, prefix: Path) -> Path:
     _link(tdir / "lib", "../../lib")
     # FindCUDAToolkit wants find_library(cudart); the wheels ship only the versioned soname.
     _link(root / "lib" / "libcudart.so", f"libcudart.so.{major}")
-    if major == 13:  # relative symlink beside the site folder: a stable, short root path
-        _link(prefix / "cuda", os.path.relpath(root, prefix))
-    return root
 
 
 def installed(major: int, prefix: Path) -> dict[str, Any]:
