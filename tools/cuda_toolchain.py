@@ -452,6 +452,20 @@ def host_compiler(nvcc_version: str) -> str | None:
     return None
 
 
+def _pin_host_compiler(root: Path, nvcc_version: str) -> None:
+    """Where the default g++ is too new for this nvcc, link bin/gcc and bin/g++ to one it takes:
+    nvcc.profile puts bin/ first on nvcc's PATH, so builds that pass no -ccbin (CMake without
+    CUDAHOSTCXX, cibuildwheel) use it too. Debian's own package does the same with wrappers."""
+    cxx = host_compiler(nvcc_version)
+    if cxx is None:
+        return
+    cc = Path(cxx).with_name(Path(cxx).name.replace("g++", "gcc"))
+    for name, target in (("g++", Path(cxx)), ("gcc", cc)):
+        if target.is_file():
+            _link(root / "bin" / name, str(target))
+    _log(f"host compiler for nvcc {nvcc_version}: {cxx} (linked into {root / 'bin'})")
+
+
 def check(major: int, prefix: Path) -> None:
     """nvcc reports the pinned version and compiles a kernel using fp16/bf16 to a fatbin."""
     root = cuda_root(major, prefix)
@@ -545,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             files = _install_12_nvidia(prefix)
         root = lay_out(args.major, prefix)
+        _pin_host_compiler(root, NVCC_VERSION[source])
         stamp = {"source": source, "nvcc": NVCC_VERSION[source], "files": files}
         (root / _STAMP).write_text(json.dumps(stamp, indent=1) + "\n")
         if not args.no_check:
