@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -525,3 +526,27 @@ def test_cubin_entries_reject_non_elf() -> None:
 
     with pytest.raises(FatbinError, match="not a little-endian ELF64"):
         cubin_entries(b"\x7fELF\x01\x01" + bytes(100))
+
+
+def test_cuobjdump_reads_the_kernels_without_a_zstd_decoder(
+    built_plain: bytes, built: bytes, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Where this Python has no zstd decoder (a device image without zstandard), the toolkit's
+    cuobjdump lists the kernels of one image extracted into its own fatbin; with neither, the
+    error says what would help."""
+    import aotkernels.fatbin as fatbin_mod
+
+    for module in ("compression", "compression.zstd", "zstandard"):  # import fails
+        monkeypatch.setitem(sys.modules, module, None)
+    zstd = [i for i in read_fatbin(built) if i.compression == "zstd"]
+    cuobjdump = shutil.which("cuobjdump")
+    if cuobjdump is not None:
+        for img in read_fatbin(built_plain):
+            one = extract_image(built_plain, img)
+            assert fatbin_mod.cuobjdump_symbols(cuobjdump, one, img.kind) == {"ak_test_scale"}
+        if nvcc_release(cuobjdump.removesuffix("cuobjdump") + "nvcc") >= (12, 8):  # reads zstd
+            for img in zstd:
+                assert image_symbols(built, img) == {"ak_test_scale"}, img.target
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(fatbin_mod.ZstdUnavailable, match="zstandard package"):
+        image_symbols(built, zstd[0])

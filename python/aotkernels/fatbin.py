@@ -16,22 +16,28 @@ A compressed payload is one zstd frame (nvcc >= 12.8, ``--compress-mode``) or on
 symbol table, or the ``.entry`` directives of a PTX module. The build compares them with the
 plan, so a preprocessor guard that silently drops (or leaks) kernels fails the build. LZ4 is
 decoded here; zstd needs Python 3.14's ``compression.zstd`` or the ``zstandard`` package (a
-build requirement below 3.14).
+build requirement below 3.14), or else the toolkit's ``cuobjdump`` reads the image.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import struct
+import subprocess
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = [
     "FATBIN_MAGIC",
     "FatbinError",
     "FatbinImage",
     "entry_bytes",
+    "ZstdUnavailable",
     "cubin_entries",
+    "cuobjdump_symbols",
     "extract_image",
     "image_payload",
     "image_symbols",
@@ -53,6 +59,10 @@ _FLAG_FAMILY_SPECIFIC = 0x200000
 
 class FatbinError(ValueError):
     """The bytes are not a well-formed fatbin."""
+
+
+class ZstdUnavailable(FatbinError):
+    """A zstd-compressed image, and neither compression.zstd nor zstandard to read it."""
 
 
 @dataclass(frozen=True)
@@ -220,9 +230,9 @@ def _zstd_decompress(frame: bytes, size: int) -> bytes:
         try:
             import zstandard  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
-            raise FatbinError(
-                "zstd-compressed image: reading it needs Python >= 3.14 or the zstandard "
-                "package (pip install zstandard)"
+            raise ZstdUnavailable(
+                "zstd-compressed image: reading it needs Python >= 3.14, the zstandard "
+                "package (pip install zstandard) or the toolkit's cuobjdump on PATH"
             ) from None
         try:
             out = zstandard.ZstdDecompressor().decompress(frame, max_output_size=size)
@@ -291,8 +301,34 @@ def ptx_entries(ptx: bytes) -> set[str]:
 
 
 def image_symbols(data: bytes, image: FatbinImage) -> set[str]:
-    """The kernels ``image`` of the fatbin ``data`` defines (decompressing it if need be)."""
-    payload = image_payload(data, image)
+    """The kernels ``image`` of the fatbin ``data`` defines (decompressing it if need be).
+
+    Without a zstd decoder in this Python, the toolkit's cuobjdump reads a zstd image instead.
+    """
+    try:
+        payload = image_payload(data, image)
+    except ZstdUnavailable:
+        cuobjdump = shutil.which("cuobjdump")
+        if cuobjdump is None:
+            raise
+        return cuobjdump_symbols(cuobjdump, extract_image(data, image), image.kind)
     if image.kind == "ptx":
         return ptx_entries(payload)
     return cubin_entries(payload)
+
+
+_CUOBJDUMP_ENTRY = re.compile(r"^STT_FUNC\s+STB_GLOBAL\s+STO_ENTRY\s+(\S+)\s*$", re.M)
+
+
+def cuobjdump_symbols(cuobjdump: str, fatbin: bytes, kind: str) -> set[str]:
+    """The kernels of a one-image fatbin as ``cuobjdump`` lists them (-symbols / -ptx)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "image.fatbin"
+        path.write_bytes(fatbin)
+        flag = "-ptx" if kind == "ptx" else "-symbols"
+        r = subprocess.run([cuobjdump, flag, str(path)], capture_output=True, check=False)
+    if r.returncode != 0:
+        raise FatbinError(f"{cuobjdump} {flag}: {r.stderr.decode(errors='replace').strip()}")
+    if kind == "ptx":
+        return ptx_entries(r.stdout)
+    return set(_CUOBJDUMP_ENTRY.findall(r.stdout.decode(errors="replace")))
