@@ -285,6 +285,8 @@ def test_doctor_driver_between_the_cubin_and_ptx_floors(capsys: pytest.CaptureFi
     assert "does not" not in ok["ptx_note"]
     for name in FAMILIES:
         assert _sim(ok, "10.0")[name]["image"] == "compute_75"
+        assert "its first load JIT-compiles" in _sim(ok, "10.0")[name]["reason"]
+        assert _sim(ok, "10.0")[name]["jit_bytes"] > 0
     assert main(["doctor", "--arch", "9.0", "--driver", "12.2"]) == 0
     assert "PTX: its PTX needs a driver for CUDA >= 12.4" in capsys.readouterr().out
 
