@@ -353,12 +353,20 @@ def test_write_manifest(built: bytes, tmp_path: Path) -> None:
         "families_filter": None,
         "families": {"scale": _plan_family(EXPECTED)},
     }
-    man = write_manifest(plan, {"scale": src}, out, toolkit="13.0.88", package_version="9.9")
+    man = write_manifest(
+        plan,
+        {"scale": src},
+        out,
+        toolkit="13.0.88",
+        package_version="9.9",
+        toolkit_origin="PyPI nvidia-cuda-nvcc==13.0.88",
+    )
     assert not (out / "stale.fatbin").exists()
     assert (out / "scale.fatbin").read_bytes() == built
     on_disk = load_manifest(out)
     assert on_disk == json.loads(json.dumps(man))
     assert on_disk["toolkit"] == "13.0" and on_disk["driver_floor"] == "13.0"
+    assert on_disk["toolkit_origin"] == "PyPI nvidia-cuda-nvcc==13.0.88"
     assert on_disk["archs"] == "75;90" and on_disk["package_version"] == "9.9"
     fam = on_disk["families"]["scale"]
     assert fam["sha256"] == hashlib.sha256(built).hexdigest() and fam["bytes"] == len(built)

@@ -220,6 +220,8 @@ def test_cuda12_debian_layout(
     env = dict(line.removeprefix("export ").split("=", 1) for line in out.splitlines())
     assert env["CUDACXX"] == str(root / "bin" / "nvcc")
     assert env["CUDAToolkit_ROOT"] == str(root)
+    # the build records where its compiler came from (manifest toolkit_origin)
+    assert env["AOTKERNELS_TOOLKIT_ORIGIN"] == "'Debian nvidia-cuda-toolkit_1_test.deb'"
     assert "sha256" in err and "unpacked" in err
 
 

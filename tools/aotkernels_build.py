@@ -86,6 +86,7 @@ def _use_pypi_nvcc() -> None:
     os.environ.update(
         CUDACXX=str(root / "bin" / "nvcc"),
         CUDAToolkit_ROOT=str(root),
+        AOTKERNELS_TOOLKIT_ORIGIN=f"PyPI {pypi_nvcc_requirements()[0]}",
         PATH=f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
     )
     print(

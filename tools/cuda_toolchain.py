@@ -426,6 +426,12 @@ def installed(major: int, prefix: Path) -> dict[str, Any]:
     return info
 
 
+def origin(info: dict[str, Any]) -> str:
+    """``Debian nvidia-cuda-toolkit_12.4.131~12.4.1-2_amd64.deb``: what the manifest records."""
+    what = {"debian": "Debian", "nvidia": "NVIDIA redist", "pypi": "PyPI"}[info["source"]]
+    return f"{what} {info['files'][0]['file']}"
+
+
 def _gcc_major(cxx: str) -> int | None:
     try:
         out = subprocess.run(
@@ -502,7 +508,9 @@ def environment(major: int, prefix: Path) -> dict[str, str]:
         "PATH": f"{root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
         "AOTKERNELS_CUDA_INCLUDE": str(root / "include"),
     }
-    ccbin = host_compiler(installed(major, prefix)["nvcc"])
+    info = installed(major, prefix)
+    env["AOTKERNELS_TOOLKIT_ORIGIN"] = origin(info)
+    ccbin = host_compiler(info["nvcc"])
     if ccbin:
         env["CUDAHOSTCXX"] = ccbin  # CMake's CMAKE_CUDA_HOST_COMPILER (-ccbin)
     return env

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     fatbins = dict(item.split("=", 1) for item in args.fatbins)
     version = _version(args.matrix.parent / "pyproject.toml")
     counts: dict[str, dict[str, int]] = {}
+    # Set by tools/cuda_toolchain.py's environment and by the build backend's PyPI compiler.
+    origin = os.environ.get("AOTKERNELS_TOOLKIT_ORIGIN") or None
     try:
         manifest = write_manifest(
             plan,
@@ -46,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             toolkit=args.toolkit,
             package_version=version,
             kernel_counts=counts,
+            toolkit_origin=origin,
         )
     except (ManifestError, FatbinError, OSError) as e:
         print(f"aotkernels manifest: error: {e}", file=sys.stderr)

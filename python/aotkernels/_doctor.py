@@ -162,6 +162,7 @@ def report(arch: str | None = None, driver: str | None = None) -> dict[str, Any]
             "version": man["package_version"],
             "toolkit": man["toolkit"],
             "toolkit_full": man.get("toolkit_full", man["toolkit"]),
+            "toolkit_origin": man.get("toolkit_origin"),
             "driver_floor": man["driver_floor"],
             "min_driver": min_driver(man["driver_floor"]),
             "ptx_driver_floor": man.get("ptx_driver_floor"),

@@ -114,6 +114,7 @@ def write_manifest(
     toolkit: str,
     package_version: str,
     kernel_counts: dict[str, dict[str, int]] | None = None,
+    toolkit_origin: str | None = None,
 ) -> dict[str, Any]:
     """Copy each family's fatbin to ``out_dir/<family>.fatbin``, check it, write the manifest.
 
@@ -157,6 +158,7 @@ def write_manifest(
         "package_version": package_version,
         "toolkit": f"{major}.{minor}",
         "toolkit_full": toolkit,
+        "toolkit_origin": toolkit_origin,  # where the compiler came from, when the build knows
         # Cubins of toolkit X.Y need a driver of CUDA X.0 or later (minor-version
         # compatibility); its PTX needs a driver whose JIT reads the PTX's ISA (12.4's 8.4:
         # a 12.4 driver), which only GPUs without a cubin here depend on.
