@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from aotkernels._doctor import ptx_note
 from aotkernels.cli import main
 from aotkernels.manifest import load_manifest
+from helpers import variant
 from helpers.builds import clean_env
 
 FAMILIES = ("activation", "gated")
@@ -185,12 +187,21 @@ def test_inspect_bad_path(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
     assert "expected a wheel, a folder or a .fatbin" in capsys.readouterr().err
 
 
+def _installed_manifest() -> dict[str, Any]:
+    from aotkernels._paths import KERNELS_DIR
+
+    return load_manifest(KERNELS_DIR)
+
+
 def test_inspect_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect"]) == 0
     out = capsys.readouterr().out
     for name in FAMILIES:
         assert name in out
-    assert "sm_120" in out and "zstd" in out and "ok" in out
+    man = _installed_manifest()
+    newest = max(variant.targets(man) - {"compute_75", "compute_120"}, key=lambda t: int(t[3:]))
+    assert newest in out and variant.compression(man) in out and "ok" in out
+    assert f"CUDA {man['toolkit_full']}" in out
 
 
 # --- doctor ----------------------------------------------------------------------------------
@@ -216,24 +227,79 @@ def test_doctor_8_7(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
 
 
 def test_doctor_12_1(capsys: pytest.CaptureFixture[str]) -> None:
-    fams = _sim(main_json(capsys, "doctor", "--arch", "sm_121"), "12.1")
+    """A 12.1 GPU runs the sm_120 cubin; a build without one (CUDA 12.4) JITs compute_75."""
+    man = _installed_manifest()
+    has_cubin = "sm_120" in variant.targets(man)
+    # Without a driver the doctor simulates the cubins' floor (12.0 for cu12), below what
+    # cu12's PTX needs: name the PTX's driver.
+    driver = [] if has_cubin else ["--driver", man["ptx_driver_floor"]]
+    fams = _sim(main_json(capsys, "doctor", "--arch", "sm_121", *driver), "12.1")
     for name in FAMILIES:
-        assert fams[name]["image"] == "sm_120"
-        assert fams[name]["kind"] == "cubin"
+        assert fams[name]["image"] == ("sm_120" if has_cubin else "compute_75")
+        assert fams[name]["kind"] == ("cubin" if has_cubin else "ptx")
+
+
+def _old_driver() -> tuple[str, str]:
+    """A driver too old for the build's PTX (12.4 for ISA 9.0, 12.3 for 12.4's 8.4), the ISA."""
+    isa = variant.ptx_isa(_installed_manifest())
+    old = variant.driver_that_cannot_jit(isa)
+    return f"{old[0]}.{old[1]}", f"{isa[0]}.{isa[1]}"
 
 
 def test_doctor_old_driver(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    old, isa = _old_driver()
     for data in (
-        main_json(capsys, "doctor", "--arch", "11.0", "--driver", "12.4"),
-        run_json("doctor", "--arch", "11.0", "--driver", "12.4", cwd=tmp_path),
+        main_json(capsys, "doctor", "--arch", "11.0", "--driver", old),
+        run_json("doctor", "--arch", "11.0", "--driver", old, cwd=tmp_path),
     ):
-        assert data["simulated"] == {"cc": "11.0", "driver": "12.4"}
+        assert data["simulated"] == {"cc": "11.0", "driver": old}
         fams = _sim(data, "11.0")
         for name in FAMILIES:
             assert fams[name]["image"] is None
             assert fams[name]["error"] == "DriverTooOldError"
-            assert "CUDA 12.4" in fams[name]["reason"]
-            assert "ISA 9.0" in fams[name]["reason"]
+            assert f"CUDA {old}" in fams[name]["reason"]
+            assert f"ISA {isa}" in fams[name]["reason"]
+
+
+def test_doctor_driver_between_the_cubin_and_ptx_floors(capsys: pytest.CaptureFixture[str]) -> None:
+    """CUDA 12.4's cubins load under a 12.0 driver (R525), its PTX needs 12.4 (R550): with a
+    12.2 driver a 9.0 GPU runs its cubins, a 10.0 GPU (no cubin in that build) nothing. A
+    CUDA 13 build has one floor for both and says nothing more."""
+    man = _installed_manifest()
+    data = main_json(capsys, "doctor", "--arch", "9.0", "--driver", "12.2")
+    if variant.version(man["toolkit"]) >= (13, 0):
+        assert "ptx_note" not in data
+        assert data["package"]["ptx_driver_floor"] == data["package"]["driver_floor"] == "13.0"
+        return
+    assert data["package"]["driver_floor"] == "12.0"
+    assert data["package"]["min_driver"] == "525.60.13"
+    assert data["package"]["ptx_driver_floor"] == "12.4"
+    note = data["ptx_note"]
+    assert "its PTX needs a driver for CUDA >= 12.4 (NVIDIA >= 550.54.14)" in note
+    assert "With a CUDA 12.2 driver: the cubins run, the PTX does not" in note
+    for name in FAMILIES:
+        assert _sim(data, "9.0")[name]["image"] == "sm_90"
+    blackwell = _sim(main_json(capsys, "doctor", "--arch", "10.0", "--driver", "12.2"), "10.0")
+    for name in FAMILIES:
+        assert blackwell[name]["error"] == "DriverTooOldError"
+    ok = main_json(capsys, "doctor", "--arch", "10.0", "--driver", "12.4")
+    assert "does not" not in ok["ptx_note"]
+    for name in FAMILIES:
+        assert _sim(ok, "10.0")[name]["image"] == "compute_75"
+        assert "its first load JIT-compiles" in _sim(ok, "10.0")[name]["reason"]
+        assert _sim(ok, "10.0")[name]["jit_bytes"] > 0
+    assert main(["doctor", "--arch", "9.0", "--driver", "12.2"]) == 0
+    assert "PTX: its PTX needs a driver for CUDA >= 12.4" in capsys.readouterr().out
+
+
+def test_ptx_note_of_each_variant() -> None:
+    cu12 = {"driver_floor": "12.0", "ptx_driver_floor": "12.4"}
+    assert ptx_note({"driver_floor": "13.0", "ptx_driver_floor": "13.0"}, (13, 0)) is None
+    assert ptx_note({"driver_floor": "12.0", "ptx_driver_floor": None}, (12, 0)) is None
+    note = ptx_note(cu12, (12, 2))
+    assert note is not None and "550.54.14" in note and "the cubins run, the PTX does not" in note
+    assert "does not" not in str(ptx_note(cu12, (12, 4)))
+    assert "does not" not in str(ptx_note(cu12, (11, 8)))  # below both: the floor's own error
 
 
 def test_doctor_no_image(capsys: pytest.CaptureFixture[str]) -> None:
@@ -255,8 +321,9 @@ def test_doctor_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     assert "simulating compute capability 12.1" in out
     for name in FAMILIES:
         assert name in out
-    assert "sm_120" in out
-    r = run_cli("doctor", "--arch", "11.0", "--driver", "12.4", cwd=tmp_path)
+    has_cubin = "sm_120" in variant.targets(_installed_manifest())
+    assert ("sm_120" if has_cubin else "compute_75") in out
+    r = run_cli("doctor", "--arch", "11.0", "--driver", _old_driver()[0], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "activation" in r.stdout and "none" in r.stdout
 

@@ -6,15 +6,25 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from aotkernels.arch_matrix import load_matrix
-from aotkernels.fatbin import FATBIN_MAGIC, FatbinError, FatbinImage, extract_image, read_fatbin
+from aotkernels.fatbin import (
+    FATBIN_MAGIC,
+    FatbinError,
+    FatbinImage,
+    extract_image,
+    image_symbols,
+    lz4_block_decompress,
+    read_fatbin,
+)
 from aotkernels.manifest import (
     ManifestError,
     check_fatbin,
@@ -22,7 +32,9 @@ from aotkernels.manifest import (
     load_manifest,
     write_manifest,
 )
-from aotkernels.plan import entry_json, make_plan
+from aotkernels.plan import _image_condition, entry_json, make_plan
+from conftest import ROOT
+from helpers import variant
 
 KERNEL = r"""
 extern "C" __global__ void ak_test_scale(float* y, const float* x, float a, long long n) {
@@ -172,7 +184,7 @@ def test_installed_fatbins_match_manifest(installed_kernels: Path) -> None:
         for img, rec in zip(images, fam["images"], strict=True):
             assert rec["kind"] == img.kind and rec["target"] == img.target
             assert rec["variant"] == img.variant
-            assert rec["compressed"] is True and rec["compression"] == "zstd"
+            assert rec["compressed"] is True and rec["compression"] == variant.compression(manifest)
             assert rec["bytes"] == img.stored_bytes
             if img.kind == "ptx":
                 assert img.ptx_isa is not None and rec["ptx_isa"] == img.ptx_isa
@@ -341,12 +353,20 @@ def test_write_manifest(built: bytes, tmp_path: Path) -> None:
         "families_filter": None,
         "families": {"scale": _plan_family(EXPECTED)},
     }
-    man = write_manifest(plan, {"scale": src}, out, toolkit="13.0.88", package_version="9.9")
+    man = write_manifest(
+        plan,
+        {"scale": src},
+        out,
+        toolkit="13.0.88",
+        package_version="9.9",
+        toolkit_origin="PyPI nvidia-cuda-nvcc==13.0.88",
+    )
     assert not (out / "stale.fatbin").exists()
     assert (out / "scale.fatbin").read_bytes() == built
     on_disk = load_manifest(out)
     assert on_disk == json.loads(json.dumps(man))
     assert on_disk["toolkit"] == "13.0" and on_disk["driver_floor"] == "13.0"
+    assert on_disk["toolkit_origin"] == "PyPI nvidia-cuda-nvcc==13.0.88"
     assert on_disk["archs"] == "75;90" and on_disk["package_version"] == "9.9"
     fam = on_disk["families"]["scale"]
     assert fam["sha256"] == hashlib.sha256(built).hexdigest() and fam["bytes"] == len(built)
@@ -380,3 +400,161 @@ def test_load_manifest_errors(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text('{"format": 2}')
     with pytest.raises(ManifestError, match=r"format 2, this aotkernels reads 1"):
         load_manifest(tmp_path)
+
+
+# --- (f) the kernels of each image against the plan ------------------------------------------
+
+
+def test_real_build_symbols_every_image(built: bytes, built_plain: bytes) -> None:
+    """zstd-compressed and plain cubins and PTX all list the one kernel."""
+    for data in (built, built_plain):
+        for img in read_fatbin(data):
+            assert image_symbols(data, img) == {"ak_test_scale"}, img.target
+
+
+def test_lz4_images(nvcc: str, tmp_path: Path) -> None:
+    """nvcc's LZ4 (--compress-mode=speed here; -Xfatbin=-compress-all before CUDA 12.8)."""
+    old = nvcc_release(nvcc) < (12, 8)
+    args = ["-Xfatbin=-compress-all"] if old else ["--compress-mode=speed"]
+    src = tmp_path / "scale.cu"
+    src.write_text(KERNEL)
+    out = tmp_path / "scale.fatbin"
+    gencode = ["-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_75,code=compute_75"]
+    subprocess.run([nvcc, "--fatbin", "-o", str(out), str(src), *args, *gencode], check=True)
+    data = out.read_bytes()
+    lz4 = [i for i in read_fatbin(data) if i.compression == "lz4"]
+    assert lz4, "no LZ4 image in the build"
+    for img in read_fatbin(data):
+        assert image_symbols(data, img) == {"ak_test_scale"}, img.target
+
+
+def test_lz4_block_decoder() -> None:
+    # literals only; a match; an overlapping match (offset 1 repeats a byte); lengths >= 15
+    assert lz4_block_decompress(bytes([0x50]) + b"hello", 5) == b"hello"
+    # token 0x30: 3 literals, then a 4-byte match at offset 3 (overlapping); then "!"
+    block = bytes([0x30]) + b"abc" + bytes([3, 0]) + bytes([0x10]) + b"!"
+    assert lz4_block_decompress(block, 8) == b"abcabca!"
+    # token 0x12: 1 literal, match 2 + 4 = 6 at offset 1 -> 7 x "z"; then 1 literal
+    block = bytes([0x12]) + b"z" + bytes([1, 0]) + bytes([0x10]) + b"."
+    assert lz4_block_decompress(block, 8) == b"zzzzzzz."
+    long_lit = b"x" * 20  # 15 + 5
+    block = bytes([0xF0, 5]) + long_lit
+    assert lz4_block_decompress(block, 20) == long_lit
+    block = bytes([0x1F]) + b"q" + bytes([1, 0, 3]) + bytes([0x00])  # match 15 + 3 + 4 = 22
+    assert lz4_block_decompress(block, 23) == b"q" * 23
+    with pytest.raises(FatbinError, match="offset 9 outside"):
+        lz4_block_decompress(bytes([0x10]) + b"a" + bytes([9, 0]), 5)
+    with pytest.raises(FatbinError, match="decoded 5 bytes, header says 6"):
+        lz4_block_decompress(bytes([0x50]) + b"hello", 6)
+    with pytest.raises(FatbinError, match="ends inside a sequence"):
+        lz4_block_decompress(bytes([0x50]) + b"he" + bytes([0x10]), 5)
+
+
+GUARDED = """
+extern "C" __global__ void ak_test_every(float* y) { y[threadIdx.x] = 1.0f; }
+#if {cond}
+extern "C" __global__ void ak_test_a_only(float* y) {{ y[threadIdx.x] = 2.0f; }}
+#endif
+"""
+GUARDED_IMAGES = [("cubin", 90, ""), ("cubin", 90, "a"), ("ptx", 90, "")]
+
+
+def _guarded_build(nvcc: str, tmp_path: Path, cond: str) -> Path:
+    src = tmp_path / "guarded.cu"
+    src.write_text(GUARDED.replace("{cond}", cond).replace("{{", "{").replace("}}", "}"))
+    out = tmp_path / "guarded.fatbin"
+    gencode = [
+        "-gencode=arch=compute_90,code=sm_90",
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-gencode=arch=compute_90,code=compute_90",
+    ]
+    compress = "--compress-mode=size" if nvcc_release(nvcc) >= (12, 8) else "-Xfatbin=-compress-all"
+    subprocess.run([nvcc, "--fatbin", "-o", str(out), str(src), compress, *gencode], check=True)
+    return out
+
+
+def _guarded_plan() -> dict[str, Any]:
+    fam = _plan_family(GUARDED_IMAGES)
+    fam["entries"] = [
+        {"symbol": "ak_test_every", "op": "every", "dtype": "f32"},
+        {"symbol": "ak_test_a_only", "op": "a_only", "dtype": "f32", "variant": "v",
+         "layout": "", "images": ["sm_90a"]},
+    ]  # fmt: skip
+    return {"archs": None, "families_filter": None, "families": {"guarded": fam}}
+
+
+def _write_manifest_tool(plan: dict[str, Any], fatbin: Path, tmp_path: Path) -> Any:
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    cmd = [
+        sys.executable, str(ROOT / "tools" / "write_manifest.py"),
+        "--plan", str(tmp_path / "plan.json"), "--matrix", str(ROOT / "arch_matrix.toml"),
+        "--toolkit", "12.4.131", "--out", str(tmp_path / "kernels"), f"guarded={fatbin}",
+    ]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_symbol_check_passes_the_plans_guards(nvcc: str, tmp_path: Path) -> None:
+    fatbin = _guarded_build(nvcc, tmp_path, _image_condition("sm_90a"))
+    r = _write_manifest_tool(_guarded_plan(), fatbin, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "guarded.fatbin" in r.stdout and "checked: compute_90 sm_90 sm_90a" in r.stdout
+    data = fatbin.read_bytes()
+    found = {i.target: image_symbols(data, i) for i in read_fatbin(data)}
+    assert found == {
+        "sm_90": {"ak_test_every"},
+        "sm_90a": {"ak_test_every", "ak_test_a_only"},
+        "compute_90": {"ak_test_every"},
+    }
+
+
+def test_symbol_check_fails_the_build_on_a_guard_that_drops_kernels(
+    nvcc: str, tmp_path: Path
+) -> None:
+    """nvcc 12.4 does not define __CUDA_ARCH_SPECIFIC__: a guard on it compiles to nothing in
+    the sm_90a image, and the fatbin's headers still match the plan. The symbols do not."""
+    dropped = "(__CUDA_ARCH__ == 900 && defined(__AK_MACRO_THIS_NVCC_DOES_NOT_DEFINE__))"
+    fatbin = _guarded_build(nvcc, tmp_path, dropped)
+    r = _write_manifest_tool(_guarded_plan(), fatbin, tmp_path)
+    assert r.returncode == 1
+    assert "aotkernels manifest: error: guarded: kernels differ from the plan" in r.stderr
+    assert "sm_90a: 1 missing [ak_test_a_only], 0 unexpected []" in r.stderr
+    assert not (tmp_path / "kernels" / "manifest.json").exists()
+
+
+def test_symbol_check_fails_on_a_guard_that_leaks_kernels(nvcc: str, tmp_path: Path) -> None:
+    fatbin = _guarded_build(nvcc, tmp_path, "(__CUDA_ARCH__ == 900)")
+    r = _write_manifest_tool(_guarded_plan(), fatbin, tmp_path)
+    assert r.returncode == 1
+    assert "sm_90: 0 missing [], 1 unexpected [ak_test_a_only]" in r.stderr
+    assert "compute_90: 0 missing [], 1 unexpected [ak_test_a_only]" in r.stderr
+
+
+def test_cubin_entries_reject_non_elf() -> None:
+    from aotkernels.fatbin import cubin_entries
+
+    with pytest.raises(FatbinError, match="not a little-endian ELF64"):
+        cubin_entries(b"\x7fELF\x01\x01" + bytes(100))
+
+
+def test_cuobjdump_reads_the_kernels_without_a_zstd_decoder(
+    built_plain: bytes, built: bytes, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Where this Python has no zstd decoder (a device image without zstandard), the toolkit's
+    cuobjdump lists the kernels of one image extracted into its own fatbin; with neither, the
+    error says what would help."""
+    import aotkernels.fatbin as fatbin_mod
+
+    for module in ("compression", "compression.zstd", "zstandard"):  # import fails
+        monkeypatch.setitem(sys.modules, module, None)
+    zstd = [i for i in read_fatbin(built) if i.compression == "zstd"]
+    cuobjdump = shutil.which("cuobjdump")
+    if cuobjdump is not None:
+        for img in read_fatbin(built_plain):
+            one = extract_image(built_plain, img)
+            assert fatbin_mod.cuobjdump_symbols(cuobjdump, one, img.kind) == {"ak_test_scale"}
+        if nvcc_release(cuobjdump.removesuffix("cuobjdump") + "nvcc") >= (12, 8):  # reads zstd
+            for img in zstd:
+                assert image_symbols(built, img) == {"ak_test_scale"}, img.target
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(fatbin_mod.ZstdUnavailable, match="zstandard package"):
+        image_symbols(built, zstd[0])

@@ -4,6 +4,7 @@ the driver floor and PTX-only devices (#19, #20), all before anything is loaded 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 import aotkernels as ak
 from aotkernels import device, loader
 from aotkernels.device import DeviceInfo
+from helpers import variant
 
 
 @pytest.fixture
@@ -62,8 +64,11 @@ def test_family_not_built_is_not_implemented(kernels_copy: Path) -> None:
 
 
 def test_driver_below_the_floor(kernels_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(device, "driver_version", lambda: (12, 4))
-    with pytest.raises(ak.DriverTooOldError, match=r"CUDA >= 13\.0.*supports CUDA 12\.4"):
+    floor = json.loads((kernels_copy / "manifest.json").read_text())["driver_floor"]
+    old = variant.driver_below(variant.version(floor))  # 12.4 under cu13's 13.0, 11.8 under 12.0
+    monkeypatch.setattr(device, "driver_version", lambda: old)
+    want = rf"CUDA >= {re.escape(floor)}.*supports CUDA {old[0]}\.{old[1]}"
+    with pytest.raises(ak.DriverTooOldError, match=want):
         loader._check_driver_floor()
 
 

@@ -83,6 +83,8 @@ def test_real_targets_cc_variant_and_min_toolkit() -> None:
     assert t["sm_100f"].min_toolkit == (12, 9)
     assert t["sm_120f"].min_toolkit == (12, 9)
     assert t["sm_80"].min_toolkit == (0, 0)
+    for name in ("sm_100", "sm_100a", "sm_120", "sm_120a"):  # Blackwell: nvcc 12.8
+        assert t[name].min_toolkit == (12, 8), name
     assert "wgmma" in t["sm_90a"].features and "wgmma" not in t["sm_90"].features
     assert "tcgen05" in t["sm_100f"].features and "tcgen05" not in t["sm_120a"].features
 

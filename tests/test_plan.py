@@ -29,6 +29,7 @@ from aotkernels.plan import (
     param_layout,
     parse_arch_filter,
     plan_json,
+    summary_line,
     write_plan,
 )
 from conftest import ROOT
@@ -510,7 +511,7 @@ def test_gemm_entries_source_guards_each_entry(matrix: Matrix, tmp_path: Path) -
     write_plan(plan, tmp_path, ROOT / "kernels")
     src = (tmp_path / "generated" / "gemm_entries.cu").read_text()
     wg = (
-        "#if (__CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_SPECIFIC__))\n"
+        "#if (__CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL))\n"
         "AK_ENTRY_WGMMA(ak_matmul_bf16_wg_128x256_kn, matmul, __nv_bfloat16, "
         "ak_gemm_v_wg_128x256_kn)\n#endif"
     )
@@ -519,7 +520,8 @@ def test_gemm_entries_source_guards_each_entry(matrix: Matrix, tmp_path: Path) -
     unguarded = "AK_ENTRY_MMA_SYNC(ak_matmul_f16_mma_64x64, matmul, __half, ak_gemm_v_mma_64x64)"
     assert f"\n{unguarded}\n" in src
     header = (tmp_path / "generated" / "gemm_params.h").read_text()
-    assert "#include <cuda.h>" in header and "CUtensorMap tmap_a;" in header
+    # CUDA 12's cuda.h aligns CUtensorMap to 64 bytes, 13's to 128: the struct says 128.
+    assert "#include <cuda.h>" in header and "  alignas(128) CUtensorMap tmap_a;" in header
     assert "struct ak_gemm_v_wg_128x256_mn {" in header
     assert "static constexpr bool a_mmajor = true;" in header
     plan_json = json.loads((tmp_path / "plan.json").read_text())["families"]["gemm"]
@@ -527,6 +529,45 @@ def test_gemm_entries_source_guards_each_entry(matrix: Matrix, tmp_path: Path) -
     e = next(e for e in plan_json["entries"] if e["symbol"] == "ak_matmul_f16_wg_64x128_kk")
     assert e == {"symbol": "ak_matmul_f16_wg_64x128_kk", "op": "matmul", "dtype": "f16",
                  "variant": "wg_64x128", "layout": "kk", "images": ["sm_90a"]}  # fmt: skip
+
+
+def test_image_conditions_need_no_macro_newer_than_cuda_12_0() -> None:
+    """`a` passes are told apart by __CUDA_ARCH_FEAT_SM<cc>_ALL (nvcc >= 12.0), not by
+    __CUDA_ARCH_SPECIFIC__, which nvcc 12.4 does not define (the guards then dropped every
+    wgmma and fp8 entry of the sm_90a image and let the generic ones in)."""
+    from aotkernels.plan import _image_condition
+
+    a = _image_condition("sm_90a")
+    assert a == "(__CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL))"
+    generic = _image_condition("sm_90")
+    assert "!defined(__CUDA_ARCH_FEAT_SM90_ALL)" in generic
+    assert "!defined(__CUDA_ARCH_FAMILY_SPECIFIC__)" in generic
+    assert _image_condition("compute_90") == generic
+    f = _image_condition("sm_100f")
+    assert "defined(__CUDA_ARCH_FAMILY_SPECIFIC__)" in f
+    assert "!defined(__CUDA_ARCH_FEAT_SM100_ALL)" in f
+    assert all("__CUDA_ARCH_SPECIFIC__" not in c for c in (a, generic, f))
+
+
+def test_cuda_12_4_plan_leaves_out_blackwell_and_says_so(matrix: Matrix) -> None:
+    """Targets and PTX newer than the toolkit are skipped with the reason, never silently."""
+    plan = make_plan(matrix, (12, 4))
+    act = plan.families["activation"]
+    assert [t.name for t in act.targets] == ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90"]
+    assert act.ptx == ("compute_75",)
+    assert set(act.skipped) == {
+        ("sm_100", "needs CUDA 12.8"),
+        ("sm_120", "needs CUDA 12.8"),
+        ("compute_120", "needs CUDA 12.8"),
+    }
+    assert "skipped sm_100 (needs CUDA 12.8), sm_120 (needs CUDA 12.8), compute_120 (needs " in (
+        summary_line(act)
+    )
+    gemm = plan.families["gemm"]
+    assert "sm_90a" in [t.name for t in gemm.targets] and gemm.ptx == ("compute_80",)
+    assert set(gemm.skipped) == {("sm_100a", "needs CUDA 12.8"), ("sm_120a", "needs CUDA 12.8")}
+    full = make_plan(matrix, (12, 8)).families["activation"]
+    assert full.ptx == ("compute_75", "compute_120") and full.skipped == ()
 
 
 def test_arch_filter_drops_entries_without_an_image(matrix: Matrix) -> None:

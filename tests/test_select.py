@@ -12,7 +12,8 @@ import pytest
 from aotkernels import AotKernelsError, DriverTooOldError, NoKernelImageError
 from aotkernels.arch_matrix import load_matrix, parse_target_name
 from aotkernels.manifest import load_manifest
-from aotkernels.select import choose_image, driver_ptx_isa
+from aotkernels.select import choose_image, driver_for_ptx_isa, driver_ptx_isa
+from helpers import variant as build_variant
 
 DRIVER_13_0 = (13, 0)
 
@@ -127,17 +128,30 @@ GENERIC_IMAGES = {
 }
 
 
+def _min_toolkit(target: str) -> tuple[int, int]:
+    from aotkernels._paths import KERNELS_DIR
+
+    m = load_matrix(KERNELS_DIR.parent / "arch_matrix.toml", check_sources=False)
+    return m.targets["sm_" + target.removeprefix("sm_").removeprefix("compute_")].min_toolkit
+
+
 @pytest.mark.parametrize("cc", SIMULATED, ids=lambda c: f"{c[0]}.{c[1]}")
 def test_real_generic_families(manifest: dict[str, Any], cc: tuple[int, int]) -> None:
     if manifest["archs"] is not None:
         pytest.skip(f"restricted build (AOTKERNELS_ARCHS={manifest['archs']})")
+    # The generic targets and PTX this build's toolkit can write (CUDA 12.4: no Blackwell).
+    generic = {
+        t for t in GENERIC_IMAGES if _min_toolkit(t) <= build_variant.version(manifest["toolkit"])
+    }
     fams = {
         n: f
         for n, f in manifest["families"].items()
-        if {i["target"] for i in f["images"]} == GENERIC_IMAGES
+        if build_variant.targets(manifest, n) == generic
     }
     assert {"activation", "gated"} <= set(fams)
     target, kind = GENERIC_FAMILY_CHOICE[cc]
+    if target not in generic:  # no cubin (nor newer PTX) for this cc: compute_75's PTX
+        target, kind = "compute_75", "ptx"
     for name, fam in fams.items():
         choice = choose_image(name, fam, cc, DRIVER_13_0)
         assert (choice.target, choice.image["kind"]) == (target, kind), (name, choice.reason)
@@ -171,13 +185,17 @@ def test_real_manifest_pre_turing_has_no_image(
 
 
 def test_real_manifest_old_driver(manifest: dict[str, Any]) -> None:
+    """A driver too old to JIT the build's PTX (12.4 for CUDA 13's ISA 9.0, 12.3 for 12.4's 8.4)."""
     fam = manifest["families"]["activation"]
-    ptx_isa = next(i["ptx_isa"] for i in fam["images"] if i["kind"] == "ptx")
+    isa = build_variant.ptx_isa(manifest)
+    old = build_variant.driver_that_cannot_jit(isa)
     with pytest.raises(DriverTooOldError) as info:
-        choose_image("activation", fam, (11, 0), (12, 4))
-    assert "CUDA 12.4" in str(info.value) and f"ISA {ptx_isa}" in str(info.value)
+        choose_image("activation", fam, (11, 0), old)
+    assert f"CUDA {old[0]}.{old[1]}" in str(info.value)
+    assert f"ISA {isa[0]}.{isa[1]}" in str(info.value)
     # cubins do not depend on the driver's JIT
-    assert choose_image("activation", fam, (8, 7), (12, 4)).target == "sm_86"
+    assert choose_image("activation", fam, (8, 7), old).target == "sm_86"
+    assert manifest["ptx_driver_floor"] == "{}.{}".format(*driver_for_ptx_isa(isa))
 
 
 # --- synthetic manifests ---------------------------------------------------------------------

@@ -17,6 +17,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.total --format=csv |
 if ls .deps/wheels/nvidia_cutlass-*.whl >/dev/null 2>&1; then
   $PY -m pip install --no-deps --no-index -q .deps/wheels/nvidia_cutlass-*.whl 2>&1 | grep -v "Running pip as"
 fi
+# zstandard: the manifest step reads the zstd-compressed images' kernels (without it, the
+# toolkit's cuobjdump on PATH does; Python 3.14 needs neither).
+if ls .deps/wheels/zstandard-*.whl >/dev/null 2>&1; then
+  $PY -m pip install --no-deps --no-index -q --find-links .deps/wheels zstandard 2>&1 | grep -v "Running pip as"
+fi
 start=$(date +%s)
 $PY -m pip install --no-build-isolation --no-deps -q . 2>&1 | grep -v "Running pip as" | tail -20
 echo "build: $(( $(date +%s) - start )) s" | tee "$OUT/build.txt"

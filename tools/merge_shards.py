@@ -117,6 +117,9 @@ def _merge(
 
     merged_manifest: dict[str, Any] = dict(manifests[0])
     merged_manifest["archs"] = None  # what a build of the whole matrix records
+    # A shard without PTX records none; the whole build needs what any shard's PTX needs.
+    floors = [m["ptx_driver_floor"] for m in manifests if m.get("ptx_driver_floor")]
+    merged_manifest["ptx_driver_floor"] = max(floors, key=_version_key) if floors else None
     merged_manifest["families"] = {}
     out = dict(base)
     family_names = sorted({f for m in manifests for f in m["families"]})
@@ -187,6 +190,10 @@ def _merge(
     infos = {n: next(s.infos[n] for s in shards if n in s.infos) for n in order}
     out[record] = _record(shards[0], record, order, out)
     return paths[0].name, {n: out[n] for n in order}, infos
+
+
+def _version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split("."))
 
 
 def _record(first: Shard, record: str, order: list[str], files: dict[str, bytes]) -> bytes:

@@ -4,7 +4,8 @@
 One source tree builds two distributions with the same import name ``aotkernels``:
 
   aotkernels-cu13  CUDA 13.0 toolkit, NVIDIA driver >= 580 (CUDA 13.x drivers)
-  aotkernels-cu12  CUDA 12.9 toolkit, drivers of the CUDA 12.x line (>= 525)
+  aotkernels-cu12  CUDA 12.4 toolkit (Debian's packages; 12.9 where NVIDIA's archives are
+                   reachable), drivers of the CUDA 12.x line: cubins >= 525, its PTX >= 550
 
 ``[project] name`` cannot be dynamic (PEP 621) and scikit-build-core's overrides change its own
 settings, not the project metadata, so this rewrites the one ``name = ...`` line of

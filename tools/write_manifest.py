@@ -3,13 +3,14 @@
 
 Usage: write_manifest.py --plan plan.json --matrix arch_matrix.toml --toolkit 13.0.88
                          --out DIR family=path/to/object.fatbin ...
-Fails (exit 1) when a fatbin's images differ from the plan.
+Fails (exit 1) when a fatbin's images, or the kernels of one of them, differ from the plan.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -37,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     plan = json.loads(args.plan.read_text())
     fatbins = dict(item.split("=", 1) for item in args.fatbins)
     version = _version(args.matrix.parent / "pyproject.toml")
+    counts: dict[str, dict[str, int]] = {}
+    # Set by tools/cuda_toolchain.py's environment and by the build backend's PyPI compiler.
+    origin = os.environ.get("AOTKERNELS_TOOLKIT_ORIGIN") or None
     try:
         manifest = write_manifest(
             plan,
@@ -44,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
             args.out,
             toolkit=args.toolkit,
             package_version=version,
+            kernel_counts=counts,
+            toolkit_origin=origin,
         )
     except (ManifestError, FatbinError, OSError) as e:
         print(f"aotkernels manifest: error: {e}", file=sys.stderr)
@@ -51,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, fam in manifest["families"].items():
         imgs = " ".join(i["target"] for i in fam["images"])
         print(f"aotkernels manifest: {name}.fatbin {fam['bytes']:,} B checked: {imgs}")
+        kernels = ", ".join(f"{t} {n}" for t, n in counts[name].items())
+        print(f"aotkernels manifest: {name} kernels per image, as planned: {kernels}")
     return 0
 
 

@@ -76,6 +76,19 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// Two fp8 (T) in the low 16 bits of v, as two f16 (exact: f16 holds every e4m3 and e5m2 value).
+template <class T>
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t v) {
+  uint32_t out;
+  const auto lo = static_cast<unsigned short>(v);
+  if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(out) : "h"(lo));
+  } else {
+    asm("cvt.rn.f16x2.e5m2x2 %0, %1;\n" : "=r"(out) : "h"(lo));
+  }
+  return out;
+}
+
 // c += A (16 rows x 32 bytes of K) * B (32 bytes of K x 8 columns). a: ldmatrix.x4 order (rows
 // 0-7 / 8-15 of K bytes 0-15, then of K bytes 16-31); b: K bytes 0-15, 16-31 of columns 0-7.
 // c: rows g and g + 8 (g = lane / 4), columns 2 * (lane % 4) + {0, 1}.
@@ -134,6 +147,24 @@ __device__ __forceinline__ void mma_step(Acc<T> (&c)[4], const uint32_t (&a)[4],
     static_assert(kIsFp8<T>, "mma_sync: unsupported element type");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
     static_assert(sizeof(T) == 0, "fp8 mma.sync needs sm_89: the build must not instantiate it");
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
+    // Hopper's tensor cores take fp8 only through wgmma: ptxas lowers an fp8 mma.sync to f16
+    // conversions and two f16 mmas, and ptxas 12.4 gets that wrong (of the two 32-byte K steps
+    // of a stage it computes the first twice). The same lowering spelled out here compiles
+    // right under every toolkit. The two mmas take the low, then the high 16 bits of each
+    // register: the same K positions in A and B, so each computes a K-permuted half.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t a16[4] = {
+          fp8x2_to_f16x2<T>(a[0] >> (16 * h)), fp8x2_to_f16x2<T>(a[1] >> (16 * h)),
+          fp8x2_to_f16x2<T>(a[2] >> (16 * h)), fp8x2_to_f16x2<T>(a[3] >> (16 * h))};
+      const uint32_t b16[2] = {fp8x2_to_f16x2<T>(b[0] >> (16 * h)),
+                               fp8x2_to_f16x2<T>(b[1] >> (16 * h))};
+      asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+          "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+          : "r"(a16[0]), "r"(a16[1]), "r"(a16[2]), "r"(a16[3]), "r"(b16[0]), "r"(b16[1]));
+    }
 #else
     // One instruction per (a, b) type pair: e4m3 / e5m2 each, mixed pairs included.
     using A = typename Operands<T>::A;

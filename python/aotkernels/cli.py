@@ -81,6 +81,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     head = f"{data['source']}"
     if m:
         head += f" — aotkernels {m['package_version']}, CUDA {m['toolkit_full']}"
+        if m.get("toolkit_origin"):
+            head += f" ({m['toolkit_origin']})"
         head += f", driver >= {m['driver_floor']}"
     if "wheel_bytes" in data:
         head += f", wheel {data['wheel_bytes']:,} B"
@@ -137,10 +139,13 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     p = rep["package"]
     need = f", NVIDIA driver >= {p['min_driver']}" if p.get("min_driver") else ""
     con.print(
-        f"{p['distribution']} {p['version']} built with CUDA {p['toolkit']} "
-        f"(needs a driver for CUDA >= {p['driver_floor']}{need})",
+        f"{p['distribution']} {p['version']} built with CUDA {p['toolkit_full']}"
+        + (f" ({p['toolkit_origin']})" if p.get("toolkit_origin") else "")
+        + f" (needs a driver for CUDA >= {p['driver_floor']}{need})",
         highlight=False,
     )
+    if "ptx_note" in rep:
+        con.print(f"PTX: {rep['ptx_note']}", highlight=False)
     j = rep["jax"]
     if j["xla_extension"]:
         installed = f"{j['jaxlib']} (FFI API {j['jaxlib_ffi_api']})" if j["jaxlib"] else "none"

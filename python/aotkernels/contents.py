@@ -67,6 +67,7 @@ def _from_files(
                 "package_version",
                 "toolkit",
                 "toolkit_full",
+                "toolkit_origin",
                 "driver_floor",
                 "archs",
                 "families_filter",

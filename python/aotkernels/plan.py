@@ -29,13 +29,15 @@ __all__ = [
     "param_layout",
     "parse_arch_filter",
     "plan_json",
+    "ptx_min_toolkit",
     "summary_line",
     "write_plan",
 ]
 
 # Size, alignment, C type and struct code of each parameter type the matrix may declare. A
-# `tmap` is a TMA descriptor (CUtensorMap: 128 bytes, 128-byte aligned in CUDA 13 headers) the
-# runtime encodes.
+# `tmap` is a TMA descriptor (CUtensorMap: 128 bytes) the runtime encodes. CUDA 13's cuda.h
+# aligns it to 128 bytes, CUDA 12's to 64: the generated struct spells out alignas(128), so the
+# layout (which the runtime packs from the manifest) is the same whichever toolkit built it.
 _PARAM_C = {
     "ptr": (8, 8, "void*", "Q"),
     "i64": (8, 8, "int64_t", "q"),
@@ -167,6 +169,12 @@ def parse_arch_filter(text: str, matrix: Matrix) -> set[str]:
     return wanted
 
 
+def ptx_min_toolkit(matrix: Matrix, name: str) -> tuple[int, int]:
+    """The oldest toolkit that writes PTX ``compute_<cc>``: its generic target's minimum."""
+    t = matrix.targets.get("sm_" + name.removeprefix("compute_"))
+    return t.min_toolkit if t is not None else (0, 0)
+
+
 def make_plan(
     matrix: Matrix,
     toolkit: tuple[int, int],
@@ -197,8 +205,15 @@ def make_plan(
                 skipped.append((tname, "needs CUDA {}.{}".format(*t.min_toolkit)))
             else:
                 targets.append(t)
-        ptx = [p for p in fam.ptx if wanted is None or p in wanted]
-        skipped += [(p, "not in AOTKERNELS_ARCHS") for p in fam.ptx if p not in ptx]
+        ptx: list[str] = []
+        for p in fam.ptx:
+            need = ptx_min_toolkit(matrix, p)
+            if wanted is not None and p not in wanted:
+                skipped.append((p, "not in AOTKERNELS_ARCHS"))
+            elif toolkit < need:
+                skipped.append((p, "needs CUDA {}.{}".format(*need)))
+            else:
+                ptx.append(p)
         if targets or ptx:
             plans[name] = FamilyPlan(fam, tuple(targets), tuple(ptx), tuple(skipped), matrix=matrix)
     if not plans:
@@ -241,7 +256,10 @@ def _params_header(fp: FamilyPlan) -> str:
         "// same layout from the manifest.",
         f"struct ak_{fam.name}_params {{",
     ]
-    lines += [f"  {_PARAM_C[t][2]} {n};" for n, t in fam.params]
+    lines += [
+        f"  {'' if t != 'tmap' else f'alignas({_PARAM_C[t][1]}) '}{_PARAM_C[t][2]} {n};"
+        for n, t in fam.params
+    ]
     lines += ["};", f'static_assert(sizeof(ak_{fam.name}_params) == {size}, "layout drift");']
     lines += [
         f'static_assert(offsetof(ak_{fam.name}_params, {n}) == {off}, "layout drift");'
@@ -267,23 +285,22 @@ def _params_header(fp: FamilyPlan) -> str:
 def _image_condition(name: str) -> str:
     """Preprocessor test true in exactly the device pass that builds image ``name``.
 
-    nvcc defines __CUDA_ARCH_SPECIFIC__ for `a` targets and __CUDA_ARCH_FAMILY_SPECIFIC__ for
-    `a` and `f` targets; a PTX image compiles like the generic target of its cc.
+    An `a` target's pass defines __CUDA_ARCH_FEAT_SM<cc>_ALL (every nvcc since 12.0); `a` and
+    `f` passes define __CUDA_ARCH_FAMILY_SPECIFIC__ (12.9+, the first nvcc with `f` targets).
+    __CUDA_ARCH_SPECIFIC__ would do for `a` too, but only from 12.9: under 12.4 a test on it
+    silently drops every `a`-only entry (and lets the generic entries into the `a` image). A PTX
+    image compiles like the generic target of its cc.
     """
     arch = name.removeprefix("compute_").removeprefix("sm_")
     variant = arch[-1] if arch[-1] in "af" else ""
     digits = arch.rstrip("af")
     cond = f"__CUDA_ARCH__ == {int(digits) * 10}"
+    feat = f"__CUDA_ARCH_FEAT_SM{digits}_ALL"
     if variant == "a":
-        return f"({cond} && defined(__CUDA_ARCH_SPECIFIC__))"
+        return f"({cond} && defined({feat}))"
     if variant == "f":
-        return (
-            f"({cond} && defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && "
-            "!defined(__CUDA_ARCH_SPECIFIC__))"
-        )
-    return (
-        f"({cond} && !defined(__CUDA_ARCH_SPECIFIC__) && !defined(__CUDA_ARCH_FAMILY_SPECIFIC__))"
-    )
+        return f"({cond} && defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && !defined({feat}))"
+    return f"({cond} && !defined({feat}) && !defined(__CUDA_ARCH_FAMILY_SPECIFIC__))"
 
 
 def _entries_source(fp: FamilyPlan) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 from .errors import DriverTooOldError, NoKernelImageError
 
-__all__ = ["Choice", "choose_image", "driver_ptx_isa", "format_version"]
+__all__ = ["Choice", "choose_image", "driver_for_ptx_isa", "driver_ptx_isa", "format_version"]
 
 # Highest PTX ISA each driver's JIT accepts, by the CUDA version the driver reports.
 _PTX_ISA_BY_CUDA = {
@@ -43,6 +43,12 @@ def driver_ptx_isa(driver: tuple[int, int]) -> tuple[int, int]:
     if driver > max(_PTX_ISA_BY_CUDA):
         return (99, 99)  # a driver newer than this table reads every ISA we can emit
     return _PTX_ISA_BY_CUDA[max(known)]
+
+
+def driver_for_ptx_isa(isa: tuple[int, int]) -> tuple[int, int] | None:
+    """The oldest driver CUDA version whose JIT reads PTX ISA ``isa`` (None: newer than we know)."""
+    able = [cuda for cuda, top in _PTX_ISA_BY_CUDA.items() if top >= isa]
+    return min(able) if able else None
 
 
 @dataclass(frozen=True)
