@@ -883,3 +883,59 @@ def test_opcheck(name: str, make: Any, dtype: str) -> None:
 
     _torch.register()
     torch.library.opcheck(getattr(torch.ops.aotkernels, name).default, make(getattr(torch, dtype)))
+
+
+@pytest.mark.gpu
+def test_jax_jit_backward_ops() -> None:
+    """The backward ops under jax.jit (XLA custom calls; the norms' two launches share the
+    hidden workspace) against jax.vjp of the reference formulas, f32."""
+    import os
+
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    jax = pytest.importorskip("jax")
+    jnp = pytest.importorskip("jax.numpy")
+    try:
+        from aotkernels import _xla  # noqa: F401
+
+        if not jax.devices("cuda"):
+            pytest.skip("jax sees no CUDA device")
+    except (ImportError, RuntimeError) as e:
+        pytest.skip(f"no jax GPU / XLA extension: {e}")
+
+    def normal(shape: tuple[int, ...], seed: int) -> Any:
+        return jax.random.normal(jax.random.key(seed), shape, jnp.float32)
+
+    def close(got: Any, want: Any, what: str) -> None:
+        """Both f32 (jax's reference too): a few ulps of each, relative to the largest."""
+        import numpy
+
+        got, want = (numpy.asarray(a, dtype=numpy.float64) for a in (got, want))
+        assert abs(got - want).max() <= 2e-4 * abs(want).max(), what
+
+    x, g, w, b = normal((37, 256), 0), normal((37, 256), 1), normal((256,), 2), normal((256,), 3)
+    for name, ref in (("silu", jax.nn.silu), ("sigmoid", jax.nn.sigmoid), ("relu", jax.nn.relu)):
+        want = jax.vjp(ref, x)[1](g)[0]
+        got = jax.jit(lambda g, x, n=name: getattr(ak, f"{n}_backward")(g, x))(g, x)
+        close(got, want, name)
+    want = jax.vjp(lambda t: jax.nn.silu(t[:, :128]) * t[:, 128:], x)[1](g[:, :128])[0]
+    close(jax.jit(ak.silu_and_mul_backward)(g[:, :128], x), want, "silu_and_mul")
+    y = jax.nn.softmax(x, axis=-1)
+    close(jax.jit(ak.softmax_backward)(g, y), y * (g - (g * y).sum(-1, keepdims=True)), "softmax")
+
+    def rms(t: Any, c: Any) -> Any:
+        return t * jax.lax.rsqrt((t * t).mean(-1, keepdims=True) + 1e-6) * c
+
+    dx, dw = jax.jit(ak.rms_norm_backward)(g, x, w)
+    want_x, want_w = jax.vjp(rms, x, w)[1](g)
+    close(dx, want_x, "rms_norm dx")
+    close(dw, want_w, "rms_norm dweight")
+
+    def ln(t: Any, c: Any, e: Any) -> Any:
+        mu = t.mean(-1, keepdims=True)
+        var = ((t - mu) ** 2).mean(-1, keepdims=True)
+        return (t - mu) * jax.lax.rsqrt(var + 1e-5) * c + e
+
+    got = jax.jit(ak.layer_norm_backward)(g, x, w, b)
+    want = jax.vjp(ln, x, w, b)[1](g)
+    for i, what in enumerate(("dx", "dweight", "dbias")):
+        close(got[i], want[i], f"layer_norm {what}")
