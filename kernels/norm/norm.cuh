@@ -73,8 +73,9 @@ struct layer_norm_fn {
 // Resident per thread: N <= 2 packets of x and of dy and N * V column sums (two sets with a
 // bias), under the 64 registers of 1024-thread blocks (N = 4 took 128 registers, halving the
 // threads an SM holds). rms_norm_backward fits without spills; layer_norm_backward at N = 2
-// spills ~70 bytes in 16-bit (ptxas -v, sm_90), so the host gives it N = 1 wherever the row
-// group can grow instead. Rows of up to 2 * 1024 * V elements (16384 16-bit, 8192 f32) fit.
+// spills ~70 bytes in 16-bit (ptxas -v, sm_90), so the host gives it N = 1 up to 512 packets
+// (python/aotkernels/ops/_backward.py). Rows of up to 2 * 1024 * V elements (16384 16-bit,
+// 8192 f32) fit.
 
 // Partial row of this thread's row group in ws.
 __device__ __forceinline__ int64_t partial_index() {
