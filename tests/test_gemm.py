@@ -492,11 +492,11 @@ def _bf16(m: int, n: int, k: int, layout: str = "kn", ld_a: int | None = None,
         (8192, 1024, 512, "kk", None, 0, "ak_matmul_bf16_wg_128x256_kk", (132, 1, 1)),
         (64, 4096, 4096, "mn", None, 0, "ak_matmul_bf16_wg_64x128_mn", (32, 1, 1)),  # M <= 64
         (512, 512, 512, "kn", None, 0, "ak_matmul_bf16_wg_64x128_kn", (32, 1, 1)),  # few tiles
-        (4096, 4096, 4095, "kn", None, 0, "ak_matmul_bf16_mma_128x128", (32, 32, 1)),  # lda odd
-        (4096, 4096, 4096, "kn", 4100, 0, "ak_matmul_bf16_mma_128x128", (32, 32, 1)),  # lda%8
-        (4096, 4096, 4096, "kn", None, 2, "ak_matmul_bf16_mma_128x128", (32, 32, 1)),  # a+2 B
-        (100, 100, 64, "kn", None, 2, "ak_matmul_bf16_mma_64x64", (2, 2, 1)),
-        (1000, 1000, 0, "kn", None, 0, "ak_matmul_bf16_mma_64x64", (16, 16, 1)),  # K = 0
+        (4096, 4096, 4095, "kn", None, 0, "ak_matmul_bf16_mma_128x128", (1024, 1, 1)),  # lda odd
+        (4096, 4096, 4096, "kn", 4100, 0, "ak_matmul_bf16_mma_128x128", (1024, 1, 1)),  # lda%8
+        (4096, 4096, 4096, "kn", None, 2, "ak_matmul_bf16_mma_128x128", (1024, 1, 1)),  # a+2 B
+        (100, 100, 64, "kn", None, 2, "ak_matmul_bf16_mma_64x64", (4, 1, 1)),
+        (1000, 1000, 0, "kn", None, 0, "ak_matmul_bf16_mma_64x64", (256, 1, 1)),  # K = 0
         (7, 4096, 4096, "mk", 8, 0, "ak_matmul_bf16_wg_64x128_mk", (32, 1, 1)),
     ],
 )
@@ -694,10 +694,20 @@ def test_empty_outputs_launch_nothing(fake_gpu: FakeGpu) -> None:
     assert fake_gpu.last.fields["k"] == 0
 
 
-def test_rejects_grid_overflow(fake_gpu: FakeGpu) -> None:
-    with pytest.raises(ValueError, match=r"matmul: M must be at most 8388480 on this path, got"):
-        ak.matmul(*_bf16(9_000_000, 8, 7))
-    assert not fake_gpu.launches
+def test_mma_sync_grid_takes_more_than_65535_tile_rows(fake_gpu: FakeGpu) -> None:
+    """One block per tile along grid.x: M = 9e6 (70313 tile rows of 128) launches."""
+    ak.matmul(*_bf16(9_000_000, 8, 7))
+    assert fake_gpu.last.symbol == "ak_matmul_bf16_mma_128x128"
+    assert fake_gpu.last.grid == (70313, 1, 1)
+
+
+@pytest.mark.parametrize(("m", "n", "k"), [(2**31, 8, 64), (8, 2**31, 64), (8, 8, 2**31)])
+def test_extents_past_2_31_leave_tma(fake_gpu: FakeGpu, m: int, n: int, k: int) -> None:
+    """TMA coordinates are 32-bit: an extent of 2**31 takes the 64-bit mma.sync path even when
+    the operands are TMA-legal."""
+    ak.matmul(*_bf16(m, n, k))
+    assert fake_gpu.last.symbol.startswith("ak_matmul_bf16_mma_")
+    assert not fake_gpu.last.tmaps
 
 
 # --- CPU: parse_dtype ---------------------------------------------------------------------------

@@ -240,16 +240,103 @@ def test_fork_after_import() -> None:
     assert proc.stdout.strip() == "child 0", proc.stdout + proc.stderr
 
 
-@pytest.mark.gpu
-def test_op_runs_on_the_inputs_device() -> None:
+def _two_gpus() -> None:
     import torch
 
     if torch.cuda.device_count() < 2:
-        pytest.skip("needs 2 GPUs to check cuda:1 runs while cuda:0 is current")
-    x = torch.randn(1000, device="cuda:1")
+        pytest.skip(
+            f"needs 2 GPUs (cuda:1 driven while cuda:0 is current), found "
+            f"{torch.cuda.device_count()}"
+        )
+
+
+@pytest.mark.gpu
+def test_ops_run_on_the_inputs_device() -> None:
+    """Arrays on cuda:1 while cuda:0 is current: every family computes on cuda:1, on cuda:1's
+    current stream (its input lands there after a ~10 ms spin, so an op launched on any other
+    device or stream reads the NaN it held before), returns cuda:1 arrays and leaves cuda:0
+    current."""
+    import torch
+
+    _two_gpus()
+    dev = torch.device("cuda", 1)
+    src = torch.randn(512, 256, device=dev).to(torch.bfloat16)
+    w = (torch.rand(256, device=dev) + 0.5).to(torch.bfloat16)
+    a_src = torch.randint(-2, 3, (512, 256), device=dev).to(torch.bfloat16)
+    b = torch.randint(-2, 3, (256, 64), device=dev).to(torch.bfloat16)
+    x, a = torch.full_like(src, float("nan")), torch.full_like(a_src, float("nan"))
+    e4m3 = torch.float8_e4m3fn
+    one = torch.ones(1, device=dev)
+    with torch.cuda.device(dev):
+        torch.cuda._sleep(20_000_000)
+        x.copy_(src)
+        a.copy_(a_src)
     with torch.cuda.device(0):
-        y = ak.silu(x)
-    assert y.device == x.device and torch.allclose(y, torch.nn.functional.silu(x))
+        r = torch.randn_like(src)  # on cuda:1: torch follows the tensor, not the current device
+        r_ref = (src.float() + r.float()).to(torch.bfloat16)
+        outs = {
+            "relu": ak.relu(x),
+            "silu_and_mul": ak.silu_and_mul(x),
+            "rms_norm": ak.rms_norm(x, w),
+            "softmax": ak.softmax(x),
+            "matmul": ak.matmul(a, b),
+            "scaled_mm": ak.scaled_mm(
+                a.to(e4m3), b.t().contiguous().to(e4m3).t(), one, one, out_dtype="float32"
+            ),
+        }
+        out = torch.full_like(x, float("nan"))
+        assert ak.silu(x, out=out) is out
+        xc = x.clone()
+        ak.fused_add_rms_norm(xc, r, w)
+        assert torch.cuda.current_device() == 0
+    torch.cuda.synchronize(dev)
+    refs = {
+        "relu": torch.relu(src),
+        "silu_and_mul": torch.nn.functional.silu(src[:, :128].float()) * src[:, 128:].float(),
+        "rms_norm": src.double()
+        * (src.double().square().mean(-1, keepdim=True) + 1e-6).rsqrt()
+        * w.double(),
+        "softmax": torch.softmax(src.double(), -1),
+        "matmul": (a_src.float() @ b.float()).to(torch.bfloat16),
+        "scaled_mm": a_src.float() @ b.float(),
+    }
+    for name, y in outs.items():
+        assert y.device == dev, name
+        torch.testing.assert_close(y.double(), refs[name].double(), rtol=1e-2, atol=1e-4)
+    torch.testing.assert_close(out, torch.nn.functional.silu(src.float()).to(out.dtype))
+    assert torch.equal(r, r_ref)
+    rd = r_ref.double()
+    fused_ref = rd * (rd.square().mean(-1, keepdim=True) + 1e-6).rsqrt() * w.double()
+    torch.testing.assert_close(xc.double(), fused_ref, rtol=1e-2, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_arguments_on_two_devices_are_refused() -> None:
+    import torch
+
+    _two_gpus()
+    x = torch.randn(8, 64, device="cuda:1")
+    w0 = torch.ones(64, device="cuda:0")
+    with pytest.raises(ValueError, match=r"rms_norm: weight must be on the same device as x"):
+        ak.rms_norm(x, w0)
+    with pytest.raises(ValueError, match=r"silu: out must be on the same device as x"):
+        ak.silu(x, out=torch.empty(8, 64, device="cuda:0"))
+    a = torch.zeros(16, 16, device="cuda:1", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"matmul: b must be on the same device as a"):
+        ak.matmul(a, torch.zeros(16, 16, device="cuda:0", dtype=torch.bfloat16))
+
+
+@pytest.mark.gpu
+def test_two_threads_drive_two_gpus_at_once() -> None:
+    """Cold start, one thread per GPU, both with cuda:0 current: correct results on each
+    thread's own GPU and stream, every family loaded once per device."""
+    _two_gpus()
+    res = _json_line(_run("two_gpus.py"))
+    assert res["errors"] == [] and res["mismatches"] == []
+    assert res["result_devices"] == ["0->cuda:0", "1->cuda:1"]
+    assert res["current_after"] == {"0": 0, "1": 0}
+    fams = ["activation", "gated", "gemm", "norm", "softmax"]
+    assert res["loads"] == sorted([f, d] for f in fams for d in (0, 1))
 
 
 @pytest.mark.gpu

@@ -597,10 +597,14 @@ __device__ __forceinline__ void dispatch_path(const ak_gemm_params& p, uint8_t* 
 template <class T, class V>
 __device__ __forceinline__ void run(const ak_gemm_params& p) {
   extern __shared__ __align__(128) uint8_t smem[];
-  // Grouped CTA order: kGroupM tile rows sweep the columns together, so concurrently running
-  // CTAs share A row panels and B column panels in L2.
-  const int64_t tiles_n = gridDim.x, tiles_m = gridDim.y;
-  const int64_t lin = static_cast<int64_t>(blockIdx.y) * tiles_n + blockIdx.x;
+  // The tile grid is counted from the extents, not from gridDim: the host launches one block per
+  // tile along grid.x (up to 2^31 - 1 tiles; a [tiles_n, tiles_m] grid would stop M at 65535
+  // tile rows), and any grid covering the tiles computes the same result. Grouped CTA order:
+  // kGroupM tile rows sweep the columns together, so concurrently running CTAs share A row
+  // panels and B column panels in L2.
+  const int64_t tiles_n = (p.n + V::bn - 1) / V::bn, tiles_m = (p.m + V::bm - 1) / V::bm;
+  const int64_t lin = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+  if (lin >= tiles_m * tiles_n) return;  // the whole block: no barrier is left waiting
   const int64_t group = lin / (kGroupM * tiles_n), first_m = group * kGroupM;
   const int64_t group_m = min(tiles_m - first_m, static_cast<int64_t>(kGroupM));
   const int64_t in_group = lin - group * kGroupM * tiles_n;

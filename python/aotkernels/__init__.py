@@ -12,6 +12,9 @@ from ._frontends import install as _install_frontends
 from .errors import AotKernelsError, DriverTooOldError, NoKernelImageError
 from .loader import preload
 from .ops import (
+    attention,
+    attention_decode,
+    attention_varlen,
     fused_add_rms_norm,
     gelu,
     gelu_and_mul,
@@ -42,6 +45,9 @@ __all__ = [
     "DriverTooOldError",
     "NoKernelImageError",
     "__version__",
+    "attention",
+    "attention_decode",
+    "attention_varlen",
     "doctor",
     "fused_add_rms_norm",
     "gelu",

@@ -176,7 +176,8 @@ def call(op: Any, arrays: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
     if any(isinstance(a, jax.core.Tracer) for a in present):
         return lower(op, arrays, attrs, _default_device(op))
     device = _device_of(op, arrays)
-    key: Any = (op.name, tuple(attrs.items()), op.cache_key(), device)
+    env = op.cache_key() if op.cache_key is not None else None
+    key: Any = (op.name, tuple(attrs.items()), env, device)
     try:
         fn = _eager.get(key)
     except TypeError:  # an unhashable attribute value: jit this call on its own

@@ -188,11 +188,12 @@ def _register_autograd(lib: Any, op: Op, qualname: str) -> None:
 
     def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
         saved = dict(zip(bwd.saved, ctx.saved_tensors, strict=True))
-        needs = {t.name: bool(ctx.needs_input_grad[i]) for i, t in enumerate(op.inputs)}
+        # One flag per argument the call passed: the dispatcher drops trailing defaults.
+        passed = ctx.needs_input_grad
+        needs = {t.name: i < len(passed) and bool(passed[i]) for i, t in enumerate(op.inputs)}
         got = bwd.fn(BackwardCtx(saved, ctx.ak_attrs, needs), grads)
-        return tuple(got.get(t.name) if needs[t.name] else None for t in op.inputs) + (None,) * len(
-            op.attrs
-        )
+        per_arg = [got.get(t.name) if needs[t.name] else None for t in op.inputs]
+        return tuple(per_arg + [None] * len(op.attrs))[: len(passed)]
 
     torch.library.register_autograd(qualname, backward, setup_context=setup_context, lib=lib)
 

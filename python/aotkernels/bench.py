@@ -17,6 +17,10 @@ Subcommands:
                DeepSeek block scales) vs torch._scaled_mm, int8 vs torch._int_mm; square
                {1024..8192}^3 and LLM layers M {16, 128, 1024, 8192} x (N, K) {(4096, 4096),
                (14336, 4096), (4096, 14336), (8192, 8192)}; TFLOP/s (2*M*N*K), ratio, goal
+  attention    ak.attention vs torch SDPA's flash and cuDNN backends: D {64, 128, 256}, N
+               {512 .. 16384} at 16384 tokens per batch, H = 2048 / D, causal and not (FLOPs
+               4*B*H*N^2*D, halved when causal); ak.attention_decode (Sq 1, H 32, Hkv 8, D 128)
+               KV-cache TB/s vs SDPA and the device copy, contiguous and paged (64-token pages)
 
 Method (PERFORMANCE.md): CUDA events, warm-up, median of many repeats, random data, inputs
 rotated when they fit in L2. Bytes count each input read once and each output written once.
@@ -669,6 +673,173 @@ def bench_gemm(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+# --- attention --------------------------------------------------------------------------------
+ATTN_DTYPES = ("bf16", "f16")
+ATTN_TOKENS = 16384  # tokens per batch: B = 16384 / N, as the FlashAttention papers
+ATTN_HIDDEN = 2048  # H = 2048 / D
+
+
+def _attn_anchors(torch: Any) -> dict[str, Any]:
+    """torch SDPA pinned to one backend each: flash (FlashAttention-2) and cuDNN."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return {"flash": (sdpa_kernel, SDPBackend.FLASH_ATTENTION),
+            "cudnn": (sdpa_kernel, SDPBackend.CUDNN_ATTENTION)}  # fmt: skip
+
+
+def _sdpa(torch: Any, backend: Any, q: Any, k: Any, v: Any, causal: bool) -> Callable[[int], Any]:
+    ctx, which = backend
+    F = torch.nn.functional
+    # SDPA takes [B, H, S, D]: the transposed views of our [B, S, H, D] inputs.
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+    def run(i: int) -> Any:
+        with ctx(which):
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+
+    return run
+
+
+def _attn_fwd_row(
+    torch: Any, ak: Any, dtype: str, d: int, n: int, causal: bool, reps: int
+) -> dict[str, Any]:
+    dt = getattr(torch, FLOAT_DTYPES[dtype])
+    b, h = max(1, ATTN_TOKENS // n), ATTN_HIDDEN // d
+    q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=dt) for _ in range(3))
+    flops = 4 * b * h * n * n * d / (2 if causal else 1)
+
+    def ours(i: int) -> Any:
+        return ak.attention(q, k, v, causal=causal)
+
+    row: dict[str, Any] = {"dtype": dtype, "D": d, "N": n, "B": b, "H": h, "causal": causal}
+    mine, why = _probe(torch, ours)
+    notes = [f"ours failed: {why}"] if why else []
+    t_ours = None if why else statistics.median(_gpu_samples(ours, reps) + _gpu_samples(ours, reps))
+    row["ours_TFLOPS"] = flops / t_ours / 1e9 if t_ours else None
+    for name, backend in _attn_anchors(torch).items():
+        fn = _sdpa(torch, backend, q, k, v, causal)
+        ref, why_a = _probe(torch, fn)
+        if why_a:
+            notes.append(f"no {name}: {why_a}")
+            row[f"{name}_TFLOPS"] = row[f"vs_{name}"] = None
+            continue
+        if name == "flash" and mine is not None:
+            row["rel_err"] = _rel_err(mine, ref)
+        t = statistics.median(_gpu_samples(fn, reps) + _gpu_samples(fn, reps))
+        row[f"{name}_TFLOPS"] = flops / t / 1e9
+        row[f"vs_{name}"] = t / t_ours if t_ours else None
+    row.setdefault("rel_err", None)
+    row["note"] = "; ".join(notes)
+    return row
+
+
+def _attn_decode_row(
+    torch: Any, ak: Any, b: int, ctx: int, page: int | None, reps: int
+) -> dict[str, Any]:
+    """One decode step (Sq = 1, H = 32, Hkv = 8, D = 128, bf16) over a full cache of ``ctx``."""
+    h, hkv, d = 32, 8, 128
+    dt = torch.bfloat16
+    q = torch.randn(b, 1, h, d, device="cuda", dtype=dt)
+    k, v = (torch.randn(b, ctx, hkv, d, device="cuda", dtype=dt) for _ in range(2))
+    lens = torch.full((b,), ctx, device="cuda", dtype=torch.int32)
+    if page is None:
+        kc, vc, bt = k, v, None
+    else:  # the same cache as pages in a shuffled order
+        per = ctx // page
+        perm = torch.randperm(b * per, device="cuda")
+        kc = torch.empty(b * per, page, hkv, d, device="cuda", dtype=dt)
+        vc = torch.empty_like(kc)
+        kc[perm] = k.reshape(b * per, page, hkv, d)
+        vc[perm] = v.reshape(b * per, page, hkv, d)
+        bt = perm.reshape(b, per).to(torch.int32)
+    nbytes = 2 * k.numel() * k.element_size()
+
+    def ours(i: int) -> Any:
+        return ak.attention_decode(q, kc, vc, lens, bt)
+
+    def sdpa(i: int) -> Any:
+        F = torch.nn.functional
+        return F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), enable_gqa=True
+        )
+
+    flat = k.reshape(-1)
+    dst = torch.empty_like(flat)
+    t_copy = statistics.median(_gpu_samples(lambda i: dst.copy_(flat), reps))
+    mine, why = _probe(torch, ours)
+    ref, why_a = _probe(torch, sdpa)
+    t_ours = None if why else statistics.median(_gpu_samples(ours, reps) + _gpu_samples(ours, reps))
+    t_sdpa = None if why_a else statistics.median(_gpu_samples(sdpa, reps))
+    notes = [f"ours failed: {why}"] if why else []
+    notes += [f"no sdpa: {why_a}"] if why_a else []
+    rel = _rel_err(mine, ref.transpose(1, 2)) if mine is not None and ref is not None else None
+    copy_bw = 2 * flat.numel() * flat.element_size() / t_copy / 1e9
+    ours_bw = nbytes / t_ours / 1e9 if t_ours else None
+    return {
+        "B": b, "context": ctx, "paged": page or 0,
+        "ours_TBps": ours_bw, "sdpa_TBps": nbytes / t_sdpa / 1e9 if t_sdpa else None,
+        "copy_TBps": copy_bw, "vs_sdpa": t_sdpa / t_ours if t_sdpa and t_ours else None,
+        "of_copy": ours_bw / copy_bw if ours_bw else None,
+        "rel_err": rel,
+        "ours_us": t_ours * 1e3 if t_ours else None, "note": "; ".join(notes),
+    }  # fmt: skip
+
+
+def _attn_varlen_row(torch: Any, ak: Any, causal: bool, reps: int) -> dict[str, Any]:
+    """A mixed batch (lengths 97 .. 4001, 16 sequences, H 16, D 128, bf16) packed for ours,
+    padded to the longest for SDPA's flash backend (what a framework without varlen does)."""
+    lens = [97, 4001, 512, 1500, 33, 2048, 777, 3000, 256, 1024, 64, 2500, 128, 3500, 900, 1]
+    h, d, dt = 16, 128, torch.bfloat16
+    total, longest = sum(lens), max(lens)
+    q, k, v = (torch.randn(total, h, d, device="cuda", dtype=dt) for _ in range(3))
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], device="cuda", dtype=torch.int32)
+    pad = torch.zeros(len(lens), longest, h, d, device="cuda", dtype=dt)
+    for i, n in enumerate(lens):
+        pad[i, :n] = q[cu[i] : cu[i] + n]
+    flops = sum(4 * n * n * h * d for n in lens) / (2 if causal else 1)
+
+    def ours(i: int) -> Any:
+        return ak.attention_varlen(q, k, v, cu, cu, longest, longest, causal=causal)
+
+    flash = _sdpa(torch, _attn_anchors(torch)["flash"], pad, pad, pad, causal)
+    _, why = _probe(torch, ours)
+    _, why_a = _probe(torch, flash)
+    t_ours = None if why else statistics.median(_gpu_samples(ours, reps))
+    t_pad = None if why_a else statistics.median(_gpu_samples(flash, reps))
+    return {
+        "causal": causal, "tokens": total, "longest": longest,
+        "ours_TFLOPS": flops / t_ours / 1e9 if t_ours else None,
+        "padded_flash_TFLOPS": flops / t_pad / 1e9 if t_pad else None,
+        "vs_padded_flash": t_pad / t_ours if t_pad and t_ours else None,
+        "note": "; ".join(w for w in (why, why_a) if w),
+    }  # fmt: skip
+
+
+def bench_attention(args: argparse.Namespace) -> tuple[list[dict[str, Any]], ...]:
+    """Forward TFLOP/s vs SDPA flash and cuDNN; decode KV bytes/s vs SDPA and copy; a varlen
+    batch vs padded SDPA flash."""
+    torch = _torch()
+    import aotkernels as ak
+
+    reps = min(args.reps, 20)
+    seqs = (1024, 4096, 16384) if args.quick else (512, 1024, 2048, 4096, 8192, 16384)
+    fwd = []
+    for dtype in _dtypes(args, ATTN_DTYPES, ("bf16",)):
+        for d in (64, 128, 256):
+            for n in seqs:
+                for causal in (False, True):
+                    fwd.append(_attn_fwd_row(torch, ak, dtype, d, n, causal, reps))
+                    torch.cuda.empty_cache()
+    dec = []
+    for b, ctx in ((1, 1024), (1, 16384), (1, 131072), (8, 8192), (8, 131072), (64, 1024),
+                   (64, 8192), (64, 32768)):  # fmt: skip
+        for page in (None, 64):
+            dec.append(_attn_decode_row(torch, ak, b, ctx, page, reps))
+            torch.cuda.empty_cache()
+    var = [_attn_varlen_row(torch, ak, causal, reps) for causal in (False, True)]
+    return fwd, dec, var
+
+
 def gemm_chart(rows: list[dict[str, Any]], path: str, title: str) -> None:
     """Our ratio over the anchor per shape, one panel per dtype, goals marked (PNG)."""
     import matplotlib
@@ -755,9 +926,20 @@ def _print(rows: list[dict[str, Any]], title: str) -> None:
     Console(width=200).print(t)
 
 
-SUITES = ("launch", "elementwise", "norm", "gemm", "compiled", "backward", "jax", "all")
+SUITES = (
+    "launch",
+    "elementwise",
+    "norm",
+    "gemm",
+    "attention",
+    "compiled",
+    "backward",
+    "jax",
+    "all",
+)
 SUITE_DTYPES = {"elementwise": tuple(FLOAT_DTYPES), "norm": tuple(FLOAT_DTYPES),
-                "gemm": GEMM_DTYPES, "compiled": ("bf16",), "backward": ("bf16",)}  # fmt: skip
+                "gemm": GEMM_DTYPES, "attention": ATTN_DTYPES, "compiled": ("bf16",),
+                "backward": ("bf16",)}  # fmt: skip
 
 
 def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -840,6 +1022,12 @@ def main(argv: list[str] | None = None) -> int:
         _print(results["gemm"], "GEMM TFLOP/s (int8: TOP/s), ours / anchor ratio and goal")
         if args.chart:
             _try_chart(results["gemm"], _gemm_chart_path(args), f"GEMM on {results['device']}")
+    if args.what in ("attention", "all"):
+        fwd, dec, var = bench_attention(args)
+        results.update(attention=fwd, attention_decode=dec, attention_varlen=var)
+        _print(fwd, "attention forward TFLOP/s vs SDPA flash / cuDNN")
+        _print(dec, "attention decode KV-cache TB/s vs SDPA and copy")
+        _print(var, "attention_varlen (useful FLOPs) vs SDPA flash on the padded batch")
     if args.what in ("compiled", "backward"):  # not in "all": minutes of compiling
         from . import bench_frontends
 

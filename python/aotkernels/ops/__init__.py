@@ -12,6 +12,7 @@ from .activation import (
     silu,
     silu_backward,
 )
+from .attention import attention, attention_decode, attention_varlen
 from .gated import gelu_and_mul, gelu_and_mul_backward, silu_and_mul, silu_and_mul_backward
 from .gemm import matmul, scaled_mm
 from .norm import (
@@ -24,6 +25,9 @@ from .norm import (
 from .softmax import softmax, softmax_backward
 
 __all__ = [
+    "attention",
+    "attention_decode",
+    "attention_varlen",
     "fused_add_rms_norm",
     "gelu",
     "gelu_backward",

@@ -18,11 +18,13 @@ otherwise, 128x128 tiles >= SMs           ``mma_128x128``
 otherwise                                 ``mma_64x64``
 ========================================  =====================================================
 
-"TMA-legal": K >= 1, both operands 16-byte aligned with a row stride that is a multiple of 16
-bytes (and at least the row), and for 1-byte dtypes both operands K-major (``a`` row-major,
-``b`` column-major). Everything else (odd strides, ``K == 0``) runs the mma.sync variants, which
-take any layout and alignment. ``AOTKERNELS_GEMM_PATH=mma_sync|wgmma|tcgen05`` forces a path
-(tests use it to run every path on one GPU).
+"TMA-legal": K >= 1, M, N and K below 2**31 (TMA coordinates are 32-bit), both operands
+16-byte aligned with a row stride that is a multiple of 16 bytes (and at least the row), and
+for 1-byte dtypes both operands K-major (``a`` row-major, ``b`` column-major). Everything else
+(odd strides, ``K == 0``, extents of 2**31 or more) runs the mma.sync variants, which take any
+layout, alignment and size (64-bit indexing, one block per tile along grid.x).
+``AOTKERNELS_GEMM_PATH=mma_sync|wgmma|tcgen05`` forces a path (tests use it to run every path
+on one GPU).
 """
 
 from __future__ import annotations
@@ -353,8 +355,12 @@ def _launch(a: Args) -> list[Launch]:
     la, lb, sc = p.la, p.lb, p.scales
     fam = a.family()
     layout = ("k" if la.major == "k" else "m") + ("k" if lb.major == "k" else "n")
-    tma_ok = _tma_legal(am, la, k if la.major == "k" else m) and _tma_legal(
-        bm, lb, k if lb.major == "k" else n
+    # TMA box coordinates are signed 32-bit: extents of 2**31 or more run the mma.sync path,
+    # whose indexing is 64-bit.
+    tma_ok = (
+        max(m, n, k) < 2**31
+        and _tma_legal(am, la, k if la.major == "k" else m)
+        and _tma_legal(bm, lb, k if lb.major == "k" else n)
     )
     pick = _pick(op, am.dtype, m, n, k, layout, tma_ok, fam)
     v = fam.variants[pick.variant]
@@ -362,9 +368,7 @@ def _launch(a: Args) -> list[Launch]:
     flags |= _FLAG_BIAS if p.bias is not None else 0
     bm_tile, bn_tile = int(v["bm"]), int(v["bn"])
     if pick.path == "mma_sync":
-        grid = (math.ceil(n / bn_tile), math.ceil(m / bm_tile), 1)
-        if grid[1] > 65535:
-            raise ValueError(f"{op}: M must be at most {65535 * bm_tile} on this path, got {m}")
+        grid = (math.ceil(m / bm_tile) * math.ceil(n / bn_tile), 1, 1)  # one block per tile
     else:
         grid = (min(math.ceil(m / bm_tile) * math.ceil(n / bn_tile), fam.device.sm_count), 1, 1)
     args = {

@@ -1,0 +1,598 @@
+// Attention family: FlashAttention-2 forward on mma.sync (sm_75 .. sm_120a, and Hopper until a
+// wgmma path exists), plus the split-KV combine of flash-decoding.
+//
+// Generated entries: AK_ENTRY_FA2(symbol, op, T, V), V the variant's config (d: the compiled head
+// dim, bm x bn: query x key tile, threads). `op` is `attn_fwd` or `attn_combine`.
+//
+// attn_fwd, one CTA per (query tile, head slot, batch x split):
+//  * Every warp owns 16 * kMT query rows (kMT = 2 in the prefill tiles of d <= 128: each K / V
+//    fragment read from shared memory feeds two mma, which keeps ldmatrix traffic under the
+//    tensor-core rate; d = 256 has no registers for it, and the one-warp decode tiles have 16
+//    rows). S = Q K^T and O += P V run on mma.sync m16n8k16 (two m16n8k8 on Turing), f32
+//    accumulators. S stays in registers: its accumulator fragments are exactly the A fragments
+//    of P V once rounded to T (no shared-memory round trip for P).
+//  * Q, K and V tiles sit in shared memory as rows of d elements in 16-byte chunks, the chunk
+//    index XORed with row % 8, so ldmatrix's 8 row reads hit 8 distinct bank groups.
+//  * The K/V pipeline: one K and one V buffer, loads issued a half iteration ahead: V(j) is in
+//    flight while S(j) = Q K(j)^T runs, K(j+1) while O += P(j) V(j) runs (cp.async on sm_80+,
+//    zero-filled past the sequence and past d; register-staged copies on sm_75).
+//  * Online softmax in the log2 domain: scores are multiplied by scale * log2(e) once (the host
+//    folds softcap in: tanh(s * scale / cap) * cap * log2(e)), so every exponential is one exp2.
+//    A row whose keys are all masked keeps max = -inf; exponentials are then taken against 0,
+//    so it sums to 0 and writes 0 with an LSE of -inf instead of NaN.
+//  * Masks: keys past the sequence, causal and sliding windows as one rule per query position
+//    i: key j is kept when i + sk - sq - left <= j <= i + sk - sq + right (bottom-right aligned;
+//    causal is right = 0, an unbounded side is a huge bound). Only tiles that cross a bound
+//    evaluate it per element; the loop visits only key tiles some row of the CTA can see.
+//  * GQA packing (flag): the rows of a tile are (query position, head of the KV group) pairs,
+//    so a decode step with one query per head still fills the tile and K/V are read once per
+//    KV head instead of once per query head.
+//  * Split-KV (flag): the key tiles are cut into gridDim.z / batch contiguous ranges; each CTA
+//    writes its normalized partial O and LSE in f32, and attn_combine merges them in a fixed
+//    order (deterministic, no atomics).
+//  * All offsets are 64-bit; sequence positions are 32-bit (the host caps lengths below 2^31).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace ak::attention {
+
+// ak_attention_params.flags bits (python/aotkernels/ops/attention.py sets them).
+constexpr int kVarlen = 1;    // sequences from cu_seqlens_q / cu_seqlens_k
+constexpr int kSeqused = 2;   // key lengths from seqused_k[b]
+constexpr int kPaged = 4;     // K/V rows through block_table (k_sb / v_sb: page strides)
+constexpr int kSplit = 8;     // write f32 partials to o_accum / lse_accum
+constexpr int kPackGqa = 16;  // tile rows are (position, head of the group) pairs
+constexpr int kWriteLse = 32;
+constexpr int kSoftcap = 64;
+
+// ---------------------------------------------------------------------------------------------
+// PTX wrappers.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// One 16-byte chunk global -> shared; a null source writes zeros (cp.async then reads 0 bytes
+// but still wants a global address: `fallback`, the operand's base). sm_80+: cp.async, completed
+// by commit/wait groups; sm_75 has no cp.async, so the copy goes through registers and is
+// complete (for the barrier that follows) when the call returns.
+__device__ __forceinline__ void copy16(uint8_t* dst, const void* src, const void* fallback) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
+               "l"(src != nullptr ? src : fallback), "r"(src != nullptr ? 16 : 0));
+#else
+  *reinterpret_cast<uint4*>(dst) =
+      src != nullptr ? __ldg(reinterpret_cast<const uint4*>(src)) : make_uint4(0, 0, 0, 0);
+#endif
+}
+
+__device__ __forceinline__ void copy_commit() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void copy_wait() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// c += A (16 x 16, ldmatrix.x4 order) * B (16 x 8: b[0] keys/dims 0-7, b[1] 8-15).
+template <class T>
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    // Turing has no m16n8k16: two k8 halves.
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(b0));
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[2]), "r"(a[3]), "r"(b1));
+#else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "attention: f16 or bf16 operands");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    static_assert(sizeof(T) == 0, "bf16 mma.sync needs sm_80: the build must not instantiate it");
+#else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+  }
+}
+
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    r = *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    r = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  return r;
+}
+
+// Byte offset of 16-byte chunk c of row r in a tile of kD-element rows (kD >= 64: 8+ chunks).
+template <int kD>
+__device__ __forceinline__ uint32_t tile_off(int r, int c) {
+  return r * (kD * 2) + ((c ^ (r & 7)) << 4);
+}
+
+// ldmatrix addresses of one access pattern: row r_imm + r_lane, chunk c_imm | c_lane, where r_imm
+// is a multiple of 8 and c_imm even (unrolled-loop constants) and r_lane, c_lane in {0, 1} the
+// thread's part. The swizzle then depends on c_imm & 7 alone, so the thread keeps the 4 possible
+// XORed offsets and every access is one of them plus an immediate: without this, ptxas hoists
+// one address register per (row, chunk) pair out of the key loop (~100 registers at d = 128).
+template <int kD>
+struct Swizzled {
+  uint32_t base[4];
+  __device__ __forceinline__ Swizzled(uint32_t tile, int r_lane, int c_lane) {
+    const int y = (r_lane & 7) ^ c_lane;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) base[k] = tile + r_lane * (kD * 2) + (((2 * k) ^ y) << 4);
+  }
+  __device__ __forceinline__ uint32_t operator()(int r_imm, int c_imm) const {
+    return base[(c_imm & 7) >> 1] + r_imm * (kD * 2) + ((c_imm & ~7) << 4);
+  }
+};
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// tanh(x) = 1 - 2 / (e^2x + 1): MUFU exp and reciprocal, ~1e-6 absolute error, exact limits at
+// +-inf. tanhf's accurate path costs registers the O accumulator needs (d = 256 spilled), and
+// tanh.approx's 2^-11 relative error would reach ~1% of a probability under a softcap of 50.
+__device__ __forceinline__ float fast_tanh(float x) {
+  return 1.f - __fdividef(2.f, __expf(2.f * x) + 1.f);
+}
+
+// Copies rows [0, kRows) of a tile: row_src(r) is row r's first element, or null for a row
+// outside the sequence; chunks past d are zero-filled, so padded head dims contribute nothing.
+template <int kD, int kRows, int kThreads, class RowSrc>
+__device__ __forceinline__ void load_tile(uint8_t* tile, int d, const void* base, RowSrc row_src) {
+  constexpr int kChunks = kD / 8;
+  static_assert((kRows * kChunks) % kThreads == 0, "tile chunks must split evenly");
+#pragma unroll 1
+  for (int i = 0; i < kRows * kChunks / kThreads; ++i) {
+    const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
+    const int r = idx / kChunks, c = idx % kChunks;
+    const uint8_t* row = row_src(r);
+    const void* src = (row != nullptr && c * 8 < d) ? row + c * 16 : nullptr;
+    copy16(tile + tile_off<kD>(r, c), src, base);
+  }
+}
+
+// The sequence a CTA works on, from the batch index and the flags.
+struct Seq {
+  int sq, sk;        // lengths
+  int64_t q0, k0;    // first row in the packed (varlen) layout; 0 otherwise
+  const uint8_t* q;  // batch base of q (bytes)
+  const uint8_t* k;  // batch base of k / v (unused when paged)
+  const uint8_t* v;
+  uint8_t* o;
+};
+
+template <class P>
+__device__ __forceinline__ Seq sequence(const P& p, int b) {
+  Seq s;
+  const auto* q = static_cast<const uint8_t*>(p.q);
+  const auto* k = static_cast<const uint8_t*>(p.k);
+  const auto* v = static_cast<const uint8_t*>(p.v);
+  auto* o = static_cast<uint8_t*>(p.out);
+  if (p.flags & kVarlen) {
+    const int* cq = static_cast<const int*>(p.cu_seqlens_q);
+    const int* ck = static_cast<const int*>(p.cu_seqlens_k);
+    s.q0 = cq[b];
+    s.k0 = ck[b];
+    s.sq = cq[b + 1] - cq[b];
+    s.sk = ck[b + 1] - ck[b];
+    s.q = q + s.q0 * p.q_ss * 2;
+    s.k = k + s.k0 * p.k_ss * 2;
+    s.v = v + s.k0 * p.v_ss * 2;
+    s.o = o + s.q0 * p.o_ss * 2;
+  } else {
+    s.q0 = s.k0 = 0;
+    s.sq = p.seqlen_q;
+    s.sk = p.seqlen_k;
+    s.q = q + b * p.q_sb * 2;
+    s.o = o + b * p.o_sb * 2;
+    s.k = (p.flags & kPaged) ? k : k + b * p.k_sb * 2;
+    s.v = (p.flags & kPaged) ? v : v + b * p.v_sb * 2;
+  }
+  if (p.flags & kSeqused) s.sk = static_cast<const int*>(p.seqused_k)[b];
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// attn_fwd
+// ---------------------------------------------------------------------------------------------
+template <class T, class C, class P>
+__device__ __forceinline__ void fwd(const P& p) {
+  constexpr int kD = C::d, kBM = C::bm, kBN = C::bn, kThreads = C::threads;
+  constexpr int kNT = kBN / 8;                     // S fragments per warp row block
+  constexpr int kDT = kD / 8;                      // O fragments
+  constexpr int kMT = kBM * 32 / (16 * kThreads);  // 16-row blocks per warp
+  static_assert(kMT >= 1 && kMT * 16 * (kThreads / 32) == kBM, "warps split the query rows");
+  static_assert(kBN % 16 == 0 && kD % 16 == 0 && kD >= 64, "tile shapes");
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* sq_tile = smem;
+  uint8_t* sk_tile = sq_tile + kBM * kD * 2;
+  uint8_t* sv_tile = sk_tile + kBN * kD * 2;
+
+  const int splits = p.num_splits;
+  const int b = static_cast<int>(blockIdx.z) / splits,
+            split = static_cast<int>(blockIdx.z) % splits;
+  const Seq s = sequence(p, b);
+  const bool pack = p.flags & kPackGqa;
+  const int group = p.heads / p.kv_heads;
+  const int rows = pack ? s.sq * group : s.sq;
+  const int m0 = static_cast<int>(blockIdx.x) * kBM;
+  if (m0 >= rows) return;       // a shorter sequence of a varlen batch: the whole CTA leaves
+  const int slot = blockIdx.y;  // the KV head when packing, else the query head
+  const int hk = pack ? slot : slot / group;
+  auto pos_of = [&](int r) { return pack ? r / group : r; };
+  auto head_of = [&](int r) { return pack ? slot * group + r % group : slot; };
+
+  // Key range any row of the CTA can see, in whole tiles; split-KV takes a slice of it.
+  const int64_t shift = static_cast<int64_t>(s.sk) - s.sq;
+  const int64_t pos_lo = pos_of(m0), pos_hi = pos_of(min(m0 + kBM, rows) - 1);
+  const int64_t key_lo = max(int64_t{0}, pos_lo + shift - p.window_left);
+  const int64_t key_hi = min(static_cast<int64_t>(s.sk), pos_hi + shift + p.window_right + 1);
+  int t_lo = static_cast<int>(key_lo / kBN);
+  int t_hi = key_hi > key_lo ? static_cast<int>((key_hi + kBN - 1) / kBN) : t_lo;
+  if (splits > 1) {
+    const int per = (t_hi - t_lo + splits - 1) / splits;
+    t_lo = min(t_hi, t_lo + split * per);
+    t_hi = min(t_hi, t_lo + per);
+  }
+
+  const int d = p.d;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t4 = lane % 4;
+
+  const int64_t k_ss = p.k_ss * 2, v_ss = p.v_ss * 2;
+  const int64_t k_h = hk * p.k_sh * 2, v_h = hk * p.v_sh * 2;
+  const bool paged = p.flags & kPaged;
+  const int* bt = static_cast<const int*>(p.block_table) + b * p.bt_sb;
+  // Row j of K or V: contiguous, or page block_table[b][j / page_size], slot j % page_size.
+  auto kv_row = [&](const uint8_t* base, int64_t ss, int64_t sb, int64_t head, int j) {
+    if (j >= s.sk) return static_cast<const uint8_t*>(nullptr);
+    if (paged) {
+      const int64_t page = bt[j / p.page_size];
+      return base + page * sb + static_cast<int64_t>(j % p.page_size) * ss + head;
+    }
+    return base + static_cast<int64_t>(j) * ss + head;
+  };
+  auto load_k = [&](int tile) {
+    const int n0 = tile * kBN;
+    load_tile<kD, kBN, kThreads>(sk_tile, d, p.k,
+                                 [&](int r) { return kv_row(s.k, k_ss, p.k_sb * 2, k_h, n0 + r); });
+  };
+  auto load_v = [&](int tile) {
+    const int n0 = tile * kBN;
+    load_tile<kD, kBN, kThreads>(sv_tile, d, p.v,
+                                 [&](int r) { return kv_row(s.v, v_ss, p.v_sb * 2, v_h, n0 + r); });
+  };
+
+  load_tile<kD, kBM, kThreads>(sq_tile, d, p.q, [&](int r) {
+    const int row = m0 + r;
+    if (row >= rows) return static_cast<const uint8_t*>(nullptr);
+    return s.q + static_cast<int64_t>(pos_of(row)) * p.q_ss * 2 + head_of(row) * p.q_sh * 2;
+  });
+  if (t_lo < t_hi) load_k(t_lo);
+  copy_commit();
+
+  // Warps whose rows are all past the sequence only help with the loads (decode tiles).
+  const int wrow = warp * 16 * kMT;  // the warp's first row in the tile
+  const bool active = m0 + wrow < rows;
+
+  float o[kMT][kDT][4];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int i = 0; i < kDT; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+  }
+  float row_max[kMT][2], row_sum[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
+  const bool softcap = p.flags & kSoftcap;
+  const Swizzled<kD> q_addr(smem_u32(sq_tile), wrow + (lane & 15), lane / 16);
+  const Swizzled<kD> k_addr(smem_u32(sk_tile), (lane / 16) * 8 + (lane & 7), (lane / 8) & 1);
+  const Swizzled<kD> v_addr(smem_u32(sv_tile), ((lane / 8) & 1) * 8 + (lane & 7), lane / 16);
+
+  for (int tile = t_lo; tile < t_hi; ++tile) {
+    const int n0 = tile * kBN;
+    load_v(tile);
+    copy_commit();
+    copy_wait<1>();  // Q and K(tile) have landed
+    __syncthreads();
+
+    float sc[kMT][kNT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) sc[mt][j][0] = sc[mt][j][1] = sc[mt][j][2] = sc[mt][j][3] = 0.f;
+    }
+    if (active) {
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        if (ks * 16 >= d) break;  // zero padding of a smaller head dim
+        uint32_t a[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          ldsm_x4(a[mt], q_addr(mt * 16, ks * 2));
+        }
+#pragma unroll
+        for (int j = 0; j < kNT; j += 2) {
+          uint32_t bk[4];
+          ldsm_x4(bk, k_addr(j * 8, ks * 2));
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            mma<T>(sc[mt][j], a[mt], bk[0], bk[1]);
+            mma<T>(sc[mt][j + 1], a[mt], bk[2], bk[3]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with K(tile): its buffer takes K(tile + 1)
+    if (tile + 1 < t_hi) load_k(tile + 1);
+    copy_commit();
+
+    if (active) {
+      // Scores to the log2 domain (one branch per tile, not per element: both sides cost MUFU
+      // throughput, the softmax's bottleneck), then the mask where this tile crosses a bound.
+      if (softcap) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+          for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              sc[mt][j][e] = fast_tanh(sc[mt][j][e] * p.softcap_pre) * p.scale_log2;
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+          for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sc[mt][j][e] *= p.scale_log2;
+          }
+        }
+      }
+      const bool edge = n0 + kBN > s.sk || n0 < pos_hi + shift - p.window_left ||
+                        n0 + kBN - 1 > pos_lo + shift + p.window_right;
+      if (edge) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+          for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int64_t key = n0 + j * 8 + 2 * t4 + (e & 1);
+              const int64_t i = pos_of(m0 + wrow + mt * 16 + g + 8 * (e / 2)) + shift;
+              if (key >= s.sk || key < i - p.window_left || key > i + p.window_right) {
+                sc[mt][j][e] = -INFINITY;
+              }
+            }
+          }
+        }
+      }
+      // Online softmax: new row max, rescale what was accumulated, exponentiate.
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float mx = row_max[mt][h];
+#pragma unroll
+          for (int j = 0; j < kNT; ++j) {
+            mx = fmaxf(mx, fmaxf(sc[mt][j][2 * h], sc[mt][j][2 * h + 1]));
+          }
+          mx = quad_max(mx);
+          const float ref = mx == -INFINITY ? 0.f : mx;  // all masked so far: exp2(-inf - 0) = 0
+          const float alpha = exp2f(row_max[mt][h] - ref);
+          row_max[mt][h] = mx;
+          float sum = 0.f;
+#pragma unroll
+          for (int j = 0; j < kNT; ++j) {
+            sc[mt][j][2 * h] = exp2f(sc[mt][j][2 * h] - ref);
+            sc[mt][j][2 * h + 1] = exp2f(sc[mt][j][2 * h + 1] - ref);
+            sum += sc[mt][j][2 * h] + sc[mt][j][2 * h + 1];
+          }
+          row_sum[mt][h] = row_sum[mt][h] * alpha + sum;
+#pragma unroll
+          for (int i = 0; i < kDT; ++i) {
+            o[mt][i][2 * h] *= alpha;
+            o[mt][i][2 * h + 1] *= alpha;
+          }
+        }
+      }
+    }
+
+    copy_wait<1>();  // V(tile) has landed (K(tile + 1) may still be in flight)
+    __syncthreads();
+    if (active) {
+#pragma unroll
+      for (int ks = 0; ks < kBN / 16; ++ks) {
+        uint32_t a[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          a[mt][0] = pack2<T>(sc[mt][2 * ks][0], sc[mt][2 * ks][1]);
+          a[mt][1] = pack2<T>(sc[mt][2 * ks][2], sc[mt][2 * ks][3]);
+          a[mt][2] = pack2<T>(sc[mt][2 * ks + 1][0], sc[mt][2 * ks + 1][1]);
+          a[mt][3] = pack2<T>(sc[mt][2 * ks + 1][2], sc[mt][2 * ks + 1][3]);
+        }
+#pragma unroll
+        for (int i = 0; i < kDT; i += 2) {
+          if (i * 8 >= d) break;
+          uint32_t bv[4];
+          ldsm_x4_trans(bv, v_addr(ks * 16, i));
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            mma<T>(o[mt][i], a[mt], bv[0], bv[1]);
+            mma<T>(o[mt][i + 1], a[mt], bv[2], bv[3]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with V(tile): its buffer takes V(tile + 1)
+  }
+  copy_wait<0>();  // nothing may be in flight when the CTA exits (Q alone, if no key tile)
+
+  if (!active) return;
+  const bool split_out = p.flags & kSplit;
+  constexpr float kLn2 = 0.693147180559945309f;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = m0 + wrow + mt * 16 + g + 8 * h;
+      const float total = quad_sum(row_sum[mt][h]);
+      if (row >= rows) continue;
+      const float inv = total > 0.f ? 1.f / total : 0.f;
+      const float lse = total > 0.f ? (row_max[mt][h] + __log2f(total)) * kLn2 : -INFINITY;
+      const int64_t pos = pos_of(row);
+      const int head = head_of(row);
+      if (split_out) {
+        const int64_t acc_row =
+            split * p.acc_split + (static_cast<int64_t>(b) * p.heads + head) * s.sq + pos;
+        float* acc = static_cast<float*>(p.o_accum) + acc_row * d;
+#pragma unroll
+        for (int i = 0; i < kDT; ++i) {
+          const int col = i * 8 + 2 * t4;
+          if (col < d) {
+            *reinterpret_cast<float2*>(acc + col) =
+                make_float2(o[mt][i][2 * h] * inv, o[mt][i][2 * h + 1] * inv);
+          }
+        }
+        if (t4 == 0) static_cast<float*>(p.lse_accum)[acc_row] = lse;
+        continue;
+      }
+      uint8_t* orow = s.o + pos * p.o_ss * 2 + head * p.o_sh * 2;
+#pragma unroll
+      for (int i = 0; i < kDT; ++i) {
+        const int col = i * 8 + 2 * t4;
+        if (col < d) {
+          *reinterpret_cast<uint32_t*>(orow + col * 2) =
+              pack2<T>(o[mt][i][2 * h] * inv, o[mt][i][2 * h + 1] * inv);
+        }
+      }
+      if (t4 == 0 && (p.flags & kWriteLse)) {
+        const int64_t at = (p.flags & kVarlen) ? s.q0 : b * p.lse_sb;
+        static_cast<float*>(p.lse)[at + head * p.lse_sh + pos] = lse;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// attn_combine: out = sum_s exp(lse_s - lse) * o_s, lse = log sum_s exp(lse_s), one warp per
+// (batch, head, position) row, splits summed in order. Rows without any visible key (every
+// lse_s = -inf) get 0 and -inf.
+// ---------------------------------------------------------------------------------------------
+template <class T, class C, class P>
+__device__ __forceinline__ void combine(const P& p) {
+  constexpr int kPerLane = C::d / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seqlen_q;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (C::threads / 32) + warp;
+  if (row >= rows) return;
+  const float* lse_acc = static_cast<const float*>(p.lse_accum);
+  const float* o_acc = static_cast<const float*>(p.o_accum);
+  const int d = p.d;
+  float mx = -INFINITY;
+  for (int s = 0; s < p.num_splits; ++s) mx = fmaxf(mx, lse_acc[s * p.acc_split + row]);
+  float acc[kPerLane] = {};
+  float total = 0.f;
+  if (mx != -INFINITY) {
+    for (int s = 0; s < p.num_splits; ++s) {
+      const int64_t r = s * p.acc_split + row;
+      const float w = __expf(lse_acc[r] - mx);
+      total += w;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int col = lane + 32 * i;
+        if (col < d) acc[i] += w * o_acc[r * d + col];
+      }
+    }
+  }
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  const int64_t pos = row % p.seqlen_q, bh = row / p.seqlen_q;
+  const int64_t head = bh % p.heads, b = bh / p.heads;
+  T* orow = reinterpret_cast<T*>(static_cast<uint8_t*>(p.out) +
+                                 (b * p.o_sb + pos * p.o_ss + head * p.o_sh) * 2);
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int col = lane + 32 * i;
+    if (col < d) {
+      if constexpr (std::is_same_v<T, __half>) {
+        orow[col] = __float2half_rn(acc[i] * inv);
+      } else {
+        orow[col] = __float2bfloat16_rn(acc[i] * inv);
+      }
+    }
+  }
+  if (lane == 0 && (p.flags & kWriteLse)) {
+    static_cast<float*>(p.lse)[b * p.lse_sb + head * p.lse_sh + pos] =
+        total > 0.f ? mx + __logf(total) : -INFINITY;
+  }
+}
+
+}  // namespace ak::attention
+
+// One macro per op, so a single variant list serves both (the combine only reads V::d and
+// V::threads from it).
+#define AK_ATTN_attn_fwd(symbol, T, V)                        \
+  extern "C" __global__ void __launch_bounds__(V::threads, 1) \
+      symbol(const __grid_constant__ ak_attention_params p) { \
+    ak::attention::fwd<T, V>(p);                              \
+  }
+#define AK_ATTN_attn_combine(symbol, T, V)                    \
+  extern "C" __global__ void __launch_bounds__(V::threads)    \
+      symbol(const __grid_constant__ ak_attention_params p) { \
+    ak::attention::combine<T, V>(p);                          \
+  }
+#define AK_ENTRY_FA2(symbol, op, T, V) AK_ATTN_##op(symbol, T, V)

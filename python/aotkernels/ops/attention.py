@@ -1,0 +1,688 @@
+"""Attention forward: ``attention`` (dense), ``attention_varlen`` (packed) and ``attention_decode``
+(KV cache, contiguous or paged, split-KV), f16 / bf16 with f32 accumulation.
+
+One kernel template serves the three ops (arch_matrix.toml, [families.attention]): the
+FlashAttention-2 design on mma.sync, built for sm_75 (f16 only) .. sm_120a and compute_80 PTX.
+Causal masks, sliding windows, softcap, GQA packing, paging and split-KV are run-time flags; the
+compiled head dims are the variants (64, 128, 256), and a head dim d (a multiple of 8 up to 256)
+runs the smallest variant with d' >= d, the loads zero-filling the columns past d.
+
+Each op is one declaration (``ops/_op.py``): ``attention`` / ``attention_lse``,
+``attention_varlen`` / ``attention_varlen_lse`` (the ``_lse`` ops also return the log-sum-exp)
+and ``attention_decode`` (with its split-KV workspace as hidden outputs). Their rules are pure:
+
+* ``validate_*`` (array metadata and attributes, no device) gives a ``Problem``: every check,
+  the output shapes and, for decode, the split count (``decode_splits``, device-independent so
+  that the workspace shapes are known to torch's fake implementation);
+* ``configure`` (a ``Problem``, the output's strides and the variants of the loaded image) gives
+  a ``Config``: every scalar kernel parameter, grid, block and shared memory.
+
+Variant choice (``_pick``): the first variant of ``_PATH_ORDER`` present in the loaded image
+whose d is at least the head dim (decode tiles for ``attention_decode``, prefill tiles
+otherwise). ``AOTKERNELS_ATTENTION_PATH`` forces a path (tests run every path a GPU can run);
+today ``fa2`` is the only one: an sm_90a wgmma path is one more variant in the matrix and one
+more entry of ``_PATH_ORDER``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from ..arrays import dtype_name
+from ..errors import NoKernelImageError
+from ._op import Args, Attr, Launch, Meta, Op, Output, OutSpec, Tensor
+
+__all__ = [
+    "Config",
+    "Problem",
+    "Tile",
+    "attention",
+    "attention_decode",
+    "attention_varlen",
+    "configure",
+    "decode_splits",
+    "validate_decode",
+    "validate_dense",
+    "validate_varlen",
+]
+
+FAMILY = "attention"
+DTYPES = ("f16", "bf16")
+ENV = "AOTKERNELS_ATTENTION_PATH"
+_F_VARLEN, _F_SEQUSED, _F_PAGED, _F_SPLIT = 1, 2, 4, 8
+_F_PACK, _F_LSE, _F_SOFTCAP = 16, 32, 64
+# Paths in order of preference; a wgmma path for sm_90a goes first once it exists.
+_PATH_ORDER = ("fa2",)
+_MAX_SEQ = 2**31 - 1  # sequence positions are 32-bit in the kernel
+_UNBOUNDED = 2**62  # a window side without a limit
+_MAX_GRID_YZ = 65535
+_MAX_DECODE_Q = 16
+_DECODE_ROWS = 16  # query rows of every decode tile (one warp): the split rule counts on it
+_SPLIT_CTAS = 512  # split-KV aims at this many decode CTAs (~4 one-warp CTAs per SM)
+_SPLIT_KEYS = 256  # and gives each split at least this many keys
+_MAX_SPLITS = 128
+_LOG2E = 1.4426950408889634
+
+
+class Tile(NamedTuple):
+    """One variant of the loaded image (arch_matrix.toml): compiled head dim and tile shape."""
+
+    name: str
+    path: str
+    decode: int  # 1: a tile of attention_decode (one warp, 16 rows), 0: of the prefill ops
+    d: int
+    bm: int
+    bn: int
+    threads: int
+    smem: int
+
+
+class Problem(NamedTuple):
+    """A validated call, independent of the device and of the output's layout."""
+
+    op: str
+    dtype: str
+    batch: int
+    sq: int  # the query length (varlen: max_seqlen_q)
+    sk: int  # the key length (varlen: max_seqlen_k; decode: the cache capacity)
+    heads: int
+    kv_heads: int
+    d: int
+    q: tuple[int, int, int]  # strides (batch, seq, head) in elements; varlen: batch 0
+    k: tuple[int, int, int]  # paged: (page, slot, head)
+    v: tuple[int, int, int]
+    window: tuple[int, int]
+    scale_log2: float
+    softcap_pre: float
+    flags: int  # everything but pack / split, which depend on the tile
+    out_shape: tuple[int, ...]
+    lse_shape: tuple[int, ...]
+    lse: tuple[int, int]  # (batch, head) strides of the LSE
+    page_size: int = 0
+    bt_sb: int = 0
+    splits: int = 1  # decode: split-KV factor (the workspace holds this many partials)
+
+
+class Config(NamedTuple):
+    variant: str
+    fields: dict[str, int | float]  # every non-pointer kernel parameter, by name
+    grid: tuple[int, int, int]
+    block: int
+    smem: int
+    splits: int  # > 1: attn_combine merges the f32 partials
+    combine_grid: int
+    combine_block: int
+
+
+# --- argument checks -------------------------------------------------------------------------
+
+
+def _check_qkv_dtypes(op: str, q: Meta, k: Meta, v: Meta, kn: str, vn: str) -> None:
+    if q.dtype not in DTYPES:
+        names = ", ".join(dtype_name(d) for d in DTYPES)
+        raise TypeError(f"{op}: q.dtype must be one of {names}, got {dtype_name(q.dtype)}")
+    for name, m in ((kn, k), (vn, v)):
+        if m.dtype != q.dtype:
+            raise TypeError(
+                f"{op}: {name}.dtype must equal q.dtype ({dtype_name(q.dtype)}), got "
+                f"{dtype_name(m.dtype)}"
+            )
+
+
+def _check_head_dim(op: str, d: int) -> None:
+    if d <= 0:
+        raise ValueError(f"{op}: the head dim (q.shape[-1]) must be positive, got {d}")
+    if d % 8 or d > 256:
+        raise NotImplementedError(
+            f"{op}: head dims must be a multiple of 8 up to 256 (64, 128 and 256 are compiled; "
+            f"others run the next one, zero-padded), got {d}; pad the head dim with zeros"
+        )
+
+
+def _check_layout(op: str, name: str, m: Meta) -> None:
+    """Last dim contiguous; the other strides and the pointer on 16-byte boundaries."""
+    if m.shape[-1] > 1 and m.strides[-1] != 1:
+        raise ValueError(
+            f"{op}: {name} must have a contiguous last dimension (stride 1), got strides "
+            f"{m.strides} for shape {m.shape}; pass a contiguous copy"
+        )
+    if any(s < 0 for s in m.strides):
+        raise ValueError(f"{op}: {name} strides must be non-negative, got {m.strides}")
+    if m.align < 16 or any(
+        s % 8 for n, s in zip(m.shape[:-1], m.strides[:-1], strict=True) if n > 1
+    ):
+        raise ValueError(
+            f"{op}: {name} must be 16-byte aligned with strides that are multiples of 8 "
+            f"elements (16 bytes), got strides {m.strides} and a pointer aligned to {m.align} "
+            "bytes; pass a contiguous copy"
+        )
+
+
+def _window(op: str, causal: bool, window: tuple[int, ...] | None) -> tuple[int, int]:
+    """(left, right) bounds for the kernel; causal caps right at 0 (bottom-right aligned)."""
+    left = right = -1
+    if window is not None:
+        if len(window) != 2:
+            raise ValueError(f"{op}: window must be a (left, right) pair, got {window}")
+        left, right = window
+        if left < -1 or right < -1:
+            raise ValueError(f"{op}: window sides must be >= 0, or -1 for unbounded, got {window}")
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    return (_UNBOUNDED if left < 0 else left), (_UNBOUNDED if right < 0 else right)
+
+
+def _finite(op: str, name: str, x: float) -> float:
+    if not math.isfinite(x):
+        raise ValueError(f"{op}: {name} must be finite, got {x}")
+    return x
+
+
+def _scales(
+    op: str, scale: float | None, softcap: float | None, d: int
+) -> tuple[float, float, int]:
+    """(scale_log2, softcap_pre, flag): the kernel's logits are s = qk * scale_log2, or with a
+    softcap s = tanh(qk * scale / cap) * cap * log2(e) (Gemma-2), both in the log2 domain."""
+    sc = 1.0 / math.sqrt(d) if scale is None else _finite(op, "scale", scale)
+    cap = 0.0 if softcap is None else _finite(op, "softcap", softcap)
+    if cap < 0:
+        raise ValueError(f"{op}: softcap must be positive (or 0 / None for none), got {cap}")
+    if cap == 0:
+        return sc * _LOG2E, 0.0, 0
+    return cap * _LOG2E, sc / cap, _F_SOFTCAP
+
+
+def _qkv_shapes(op: str, q: Meta, k: Meta, v: Meta, kn: str, vn: str, nd: int) -> None:
+    for name, m in (("q", q), (kn, k), (vn, v)):
+        if len(m.shape) != nd:
+            want = "[B, S, H, D]" if nd == 4 else "[total, H, D]"
+            raise ValueError(f"{op}: {name} must be {nd}-D {want}, got shape {m.shape}")
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError(f"{op}: {vn}.shape must equal {kn}.shape {k.shape}, got {v.shape}")
+    h, hkv = q.shape[-2], k.shape[-2]
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"{op}: {kn}.shape[-1] must equal q's head dim {q.shape[-1]}, got {k.shape[-1]}"
+        )
+    if hkv == 0 or h % hkv:
+        raise ValueError(
+            f"{op}: the query heads ({h}) must be a multiple of the KV heads ({hkv}) (GQA/MQA)"
+        )
+
+
+def _strides3(m: Meta) -> tuple[int, int, int]:
+    if len(m.strides) == 4:
+        return m.strides[0], m.strides[1], m.strides[2]
+    return 0, m.strides[0], m.strides[1]
+
+
+def _seqlens_meta(op: str, name: str, m: Meta, n: int | None) -> int:
+    if m.dtype != "int32":
+        raise TypeError(f"{op}: {name}.dtype must be int32, got {dtype_name(m.dtype)}")
+    if len(m.shape) != 1 or (n is not None and m.shape[0] != n):
+        want = f"({n},)" if n is not None else "1-D [batch + 1]"
+        raise ValueError(f"{op}: {name}.shape must be {want}, got {m.shape}")
+    if m.shape[0] > 1 and m.strides[0] != 1:
+        raise ValueError(f"{op}: {name} must be contiguous, got stride {m.strides[0]}")
+    return m.shape[0]
+
+
+# --- validation (pure: metadata and attributes) ----------------------------------------------
+
+
+def validate_dense(
+    q: Meta,
+    k: Meta,
+    v: Meta,
+    causal: bool,
+    scale: float | None,
+    window: tuple[int, ...] | None,
+    softcap: float | None,
+    return_lse: bool,
+) -> Problem:
+    """``attention``: q [B, Sq, H, D], k / v [B, Sk, Hkv, D]."""
+    op = "attention"
+    _check_qkv_dtypes(op, q, k, v, "k", "v")
+    _qkv_shapes(op, q, k, v, "k", "v", 4)
+    b, sq, h, d = q.shape
+    bk, sk, hkv, _ = k.shape
+    if bk != b:
+        raise ValueError(f"{op}: k.shape[0] must equal q's batch {b}, got {bk}")
+    _check_head_dim(op, d)
+    if max(sq, sk) > _MAX_SEQ:
+        raise ValueError(f"{op}: sequence lengths must be below 2**31, got {max(sq, sk)}")
+    for name, m in (("q", q), ("k", k), ("v", v)):
+        _check_layout(op, name, m)
+    win = _window(op, causal, window)
+    scale_log2, pre, flags = _scales(op, scale, softcap, d)
+    flags |= _F_LSE if return_lse else 0
+    return Problem(
+        op, q.dtype, b, sq, sk, h, hkv, d, _strides3(q), _strides3(k), _strides3(v), win,
+        scale_log2, pre, flags, tuple(q.shape), (b, h, sq), (h * sq, sq),
+    )  # fmt: skip
+
+
+def validate_varlen(
+    q: Meta,
+    k: Meta,
+    v: Meta,
+    cu_q: Meta,
+    cu_k: Meta,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    causal: bool,
+    scale: float | None,
+    window: tuple[int, ...] | None,
+    softcap: float | None,
+    return_lse: bool,
+) -> Problem:
+    """``attention_varlen``: q [total_q, H, D], k / v [total_k, Hkv, D], cu_seqlens [B + 1].
+
+    The offsets live on the device: the kernel trusts them to be non-decreasing, to start at 0
+    and stay within total_q / total_k, and every length to be at most its max_seqlen.
+    """
+    op = "attention_varlen"
+    _check_qkv_dtypes(op, q, k, v, "k", "v")
+    _qkv_shapes(op, q, k, v, "k", "v", 3)
+    total_q, h, d = q.shape
+    hkv = k.shape[1]
+    _check_head_dim(op, d)
+    nb = _seqlens_meta(op, "cu_seqlens_q", cu_q, None)
+    if nb < 1:
+        raise ValueError(f"{op}: cu_seqlens_q.shape must be (batch + 1,), got {cu_q.shape}")
+    _seqlens_meta(op, "cu_seqlens_k", cu_k, nb)
+    for name, n in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if not 0 <= n <= _MAX_SEQ:
+            raise ValueError(f"{op}: {name} must be in [0, 2**31 - 1], got {n}")
+    if max(total_q, k.shape[0]) > _MAX_SEQ:
+        raise ValueError(
+            f"{op}: packed lengths must be below 2**31, got {max(total_q, k.shape[0])}"
+        )
+    for name, m in (("q", q), ("k", k), ("v", v)):
+        _check_layout(op, name, m)
+    win = _window(op, causal, window)
+    scale_log2, pre, flags = _scales(op, scale, softcap, d)
+    flags |= _F_VARLEN | (_F_LSE if return_lse else 0)
+    return Problem(
+        op, q.dtype, nb - 1, max_seqlen_q, max_seqlen_k, h, hkv, d, _strides3(q), _strides3(k),
+        _strides3(v), win, scale_log2, pre, flags, tuple(q.shape), (h, total_q), (0, total_q),
+    )  # fmt: skip
+
+
+def decode_splits(batch: int, kv_heads: int, rows_per_kv: int, capacity: int) -> int:
+    """Split-KV factor of a decode launch: about ``_SPLIT_CTAS`` one-warp CTAs (what keeps enough
+    K / V tiles in flight to stream the cache), each split keeping ``_SPLIT_KEYS`` keys or more
+    so that its partial is worth the combine. No device input: the workspace shape follows."""
+    ctas = math.ceil(rows_per_kv / _DECODE_ROWS) * kv_heads * batch
+    if ctas == 0 or ctas >= _SPLIT_CTAS:
+        return 1
+    return max(1, min(_SPLIT_CTAS // ctas, capacity // _SPLIT_KEYS, _MAX_SPLITS))
+
+
+def validate_decode(
+    q: Meta,
+    k: Meta,
+    v: Meta,
+    seqlens: Meta,
+    block_table: Meta | None,
+    causal: bool,
+    scale: float | None,
+    softcap: float | None,
+) -> Problem:
+    """``attention_decode``: q [B, Sq <= 16, H, D]; cache [B, Smax, Hkv, D], or pages
+    [num_blocks, page_size >= 16, Hkv, D] with block_table [B, max_blocks] (int32)."""
+    op = "attention_decode"
+    _check_qkv_dtypes(op, q, k, v, "k_cache", "v_cache")
+    _qkv_shapes(op, q, k, v, "k_cache", "v_cache", 4)
+    b, sq, h, d = q.shape
+    _, page, hkv, _ = k.shape
+    _check_head_dim(op, d)
+    if sq > _MAX_DECODE_Q:
+        raise ValueError(
+            f"{op}: q.shape[1] (new tokens per sequence) must be at most {_MAX_DECODE_Q}, got "
+            f"{sq}; use attention / attention_varlen for prefill"
+        )
+    _seqlens_meta(op, "cache_seqlens", seqlens, b)
+    flags = _F_SEQUSED
+    bt_sb = 0
+    if block_table is None:
+        if k.shape[0] != b:
+            raise ValueError(f"{op}: k_cache.shape[0] must equal q's batch {b}, got {k.shape[0]}")
+        capacity, page = page, 0
+    else:
+        if block_table.dtype != "int32":
+            raise TypeError(
+                f"{op}: block_table.dtype must be int32, got {dtype_name(block_table.dtype)}"
+            )
+        if len(block_table.shape) != 2 or block_table.shape[0] != b:
+            raise ValueError(
+                f"{op}: block_table.shape must be ({b}, max_blocks), got {block_table.shape}"
+            )
+        if block_table.shape[1] > 1 and block_table.strides[1] != 1:
+            raise ValueError(
+                f"{op}: block_table must have a contiguous last dimension, got strides "
+                f"{block_table.strides}"
+            )
+        if page < 16:
+            raise ValueError(f"{op}: the page size (k_cache.shape[1]) must be >= 16, got {page}")
+        capacity = page * block_table.shape[1]
+        bt_sb = block_table.strides[0]
+        flags |= _F_PAGED
+    if capacity > _MAX_SEQ:
+        raise ValueError(f"{op}: the cache holds at most 2**31 - 1 positions, got {capacity}")
+    for name, m in (("q", q), ("k_cache", k), ("v_cache", v)):
+        _check_layout(op, name, m)
+    win = _window(op, causal, None)
+    scale_log2, pre, cap_flag = _scales(op, scale, softcap, d)
+    splits = decode_splits(b, hkv, sq * (h // hkv), capacity)
+    return Problem(
+        op, q.dtype, b, sq, capacity, h, hkv, d, _strides3(q), _strides3(k), _strides3(v), win,
+        scale_log2, pre, flags | cap_flag, tuple(q.shape), (b, h, sq), (h * sq, sq), page, bt_sb,
+        splits,
+    )  # fmt: skip
+
+
+# --- configuration (pure: a Problem, the output layout, the loaded variants) ------------------
+
+
+def _tiles(fam: Any, dtype: str) -> list[Tile]:
+    """The variants of the loaded image that hold a ``dtype`` forward kernel, in path order."""
+    forced = os.environ.get(ENV, "")
+    if forced and forced not in _PATH_ORDER:
+        raise ValueError(f"{ENV} must be one of {', '.join(_PATH_ORDER)}, got {forced!r}")
+    out = []
+    for name, v in fam.variants.items():
+        if f"ak_attn_fwd_{dtype}_{name}" not in fam.kernels:
+            continue
+        if forced and v["path"] != forced:
+            continue
+        ints = [int(v[key]) for key in ("decode", "d", "bm", "bn", "threads", "smem")]
+        out.append(Tile(name, str(v["path"]), *ints))
+    out.sort(key=lambda t: (_PATH_ORDER.index(t.path), t.d))
+    return out
+
+
+def _pick(op: str, tiles: Sequence[Tile], d: int, dtype: str, where: str) -> Tile:
+    decode = int(op == "attention_decode")
+    for t in tiles:
+        if t.d >= d and t.decode == decode:
+            return t
+    raise NoKernelImageError(
+        f"{op}: no {dtype_name(dtype)} attention kernel for head dim {d} on {where}; "
+        f"{dtype_name(dtype)} needs tensor cores this GPU lacks (bf16: sm_80+)"
+    )
+
+
+def configure(
+    p: Problem, out: tuple[int, ...], tiles: Sequence[Tile], where: str = "this device"
+) -> Config:
+    """The launch of a validated problem: ``out`` the output's strides (in elements)."""
+    tile = _pick(p.op, tiles, p.d, p.dtype, where)
+    group = p.heads // p.kv_heads
+    decode = p.op == "attention_decode"
+    if decode and tile.bm != _DECODE_ROWS:
+        raise AssertionError(f"{tile.name}: decode tiles must have {_DECODE_ROWS} rows")
+    # GQA packing: a group's query heads share the tile when the queries are too few to fill it
+    # (always for decode): K/V are then read once per KV head.
+    pack = group > 1 and (decode or p.sq * group <= tile.bm)
+    rows = p.sq * group if pack else p.sq
+    slots = p.kv_heads if pack else p.heads
+    m_blocks = max(1, math.ceil(rows / tile.bm))
+    if slots > _MAX_GRID_YZ:
+        raise ValueError(f"{p.op}: at most {_MAX_GRID_YZ} heads per launch, got {slots}")
+    if p.batch * p.splits > _MAX_GRID_YZ:
+        raise ValueError(f"{p.op}: at most {_MAX_GRID_YZ} sequences per launch, got {p.batch}")
+    flags = p.flags | (_F_PACK if pack else 0) | (_F_SPLIT if p.splits > 1 else 0)
+    o = (0, out[0], out[1]) if len(out) == 3 else out[:3]
+    acc_rows = p.batch * p.heads * p.sq
+    fields: dict[str, int | float] = {
+        "q_sb": p.q[0], "q_ss": p.q[1], "q_sh": p.q[2],
+        "k_sb": p.k[0], "k_ss": p.k[1], "k_sh": p.k[2],
+        "v_sb": p.v[0], "v_ss": p.v[1], "v_sh": p.v[2],
+        "o_sb": o[0], "o_ss": o[1], "o_sh": o[2],
+        "lse_sb": p.lse[0], "lse_sh": p.lse[1], "acc_split": acc_rows, "bt_sb": p.bt_sb,
+        "window_left": p.window[0], "window_right": p.window[1],
+        "batch": p.batch, "heads": p.heads, "kv_heads": p.kv_heads, "d": p.d,
+        "seqlen_q": p.sq, "seqlen_k": p.sk, "page_size": p.page_size, "num_splits": p.splits,
+        "flags": flags, "scale_log2": p.scale_log2, "softcap_pre": p.softcap_pre,
+    }  # fmt: skip
+    warps = tile.threads // 32
+    return Config(
+        tile.name, fields, (m_blocks, slots, p.batch * p.splits), tile.threads, tile.smem,
+        p.splits, math.ceil(acc_rows / warps), tile.threads,
+    )  # fmt: skip
+
+
+# --- the declarations --------------------------------------------------------------------------
+
+_COMMON = (
+    Attr("causal", "bool", False),
+    Attr("scale", "float?", None),
+    Attr("window", "int[]?", None),
+    Attr("softcap", "float?", None),
+)
+
+
+def _problem(a: Args) -> Problem:
+    """The op's Problem from its declared arguments."""
+    lse = a.op.endswith("_lse")
+    if a.op.startswith("attention_decode"):
+        bt = a["block_table"]
+        return validate_decode(
+            a.need("q"), a.need("k_cache"), a.need("v_cache"), a.need("cache_seqlens"), bt,
+            a.attr("causal"), a.attr("scale"), a.attr("softcap"),
+        )  # fmt: skip
+    if a.op.startswith("attention_varlen"):
+        return validate_varlen(
+            a.need("q"), a.need("k"), a.need("v"), a.need("cu_seqlens_q"),
+            a.need("cu_seqlens_k"), a.attr("max_seqlen_q"), a.attr("max_seqlen_k"),
+            a.attr("causal"), a.attr("scale"), a.attr("window"), a.attr("softcap"), lse,
+        )  # fmt: skip
+    return validate_dense(
+        a.need("q"), a.need("k"), a.need("v"), a.attr("causal"), a.attr("scale"),
+        a.attr("window"), a.attr("softcap"), lse,
+    )  # fmt: skip
+
+
+def _shapes(a: Args) -> tuple[OutSpec, ...]:
+    p = _problem(a)
+    specs = [OutSpec(p.out_shape, p.dtype)]
+    if a.op.endswith("_lse"):
+        specs.append(OutSpec(p.lse_shape, "f32"))
+    if p.op == "attention_decode":  # the split-KV workspace (empty without splits)
+        parts = p.splits if p.splits > 1 else 0
+        rows = p.batch * p.heads * p.sq
+        specs += [OutSpec((parts, rows, p.d), "f32"), OutSpec((parts, rows), "f32")]
+    return tuple(specs)
+
+
+def _launch(a: Args) -> list[Launch]:
+    p = _problem(a)
+    out = a.out("out")
+    _check_layout(p.op, "out", out)
+    if math.prod(p.out_shape) == 0 or p.batch == 0:
+        return []
+    fam = a.family()
+    dev = fam.device
+    where = f"device {dev.index} ({dev.name}, cc {dev.cc_str}) running image {fam.choice.target}"
+    cfg = configure(p, out.strides, _tiles(fam, p.dtype), where)
+    decode = p.op == "attention_decode"
+    ptrs: dict[str, str | None] = {"out": "out", "q": "q"}
+    if decode:
+        ptrs.update(
+            k="k_cache", v="v_cache", seqused_k="cache_seqlens",
+            block_table="block_table" if a["block_table"] is not None else None,
+        )  # fmt: skip
+        if cfg.splits > 1:
+            ptrs.update(o_accum="o_accum", lse_accum="lse_accum")
+    else:
+        ptrs.update(k="k", v="v", lse="lse" if a.op.endswith("_lse") else None)
+        if p.flags & _F_VARLEN:
+            ptrs.update(cu_seqlens_q="cu_seqlens_q", cu_seqlens_k="cu_seqlens_k")
+    args = {**cfg.fields, **ptrs}
+    launches = [
+        Launch(f"ak_attn_fwd_{p.dtype}_{cfg.variant}", cfg.grid, (cfg.block,), args, cfg.smem)
+    ]
+    if cfg.splits > 1:
+        launches.append(
+            Launch(f"ak_attn_combine_{p.dtype}_{cfg.variant}", (cfg.combine_grid,),
+                   (cfg.combine_block,), args)
+        )  # fmt: skip
+    return launches
+
+
+def _env_key() -> str | None:
+    return os.environ.get(ENV)
+
+
+def _declare(name: str, inputs: tuple[Tensor, ...], attrs: tuple[Attr, ...], lse: bool) -> Op:
+    outputs = [Output("out")]
+    returns = ["out"]
+    if lse:
+        outputs.append(Output("lse"))
+        returns.append("lse")
+    if name == "attention_decode":
+        outputs += [Output("o_accum", hidden=True), Output("lse_accum", hidden=True)]
+    return Op(
+        name=name, family=FAMILY, inputs=inputs, attrs=attrs, outputs=tuple(outputs),
+        shapes=_shapes, launch=_launch, returns=tuple(returns), cache_key=_env_key,
+    )  # fmt: skip
+
+
+_QKV = (Tensor("q"), Tensor("k"), Tensor("v"))
+_VARLEN_IN = (*_QKV, Tensor("cu_seqlens_q"), Tensor("cu_seqlens_k"))
+_VARLEN_ATTRS = (Attr("max_seqlen_q", "int", 0), Attr("max_seqlen_k", "int", 0), *_COMMON)
+ATTENTION = _declare("attention", _QKV, _COMMON, lse=False)
+ATTENTION_LSE = _declare("attention_lse", _QKV, _COMMON, lse=True)
+ATTENTION_VARLEN = _declare("attention_varlen", _VARLEN_IN, _VARLEN_ATTRS, lse=False)
+ATTENTION_VARLEN_LSE = _declare("attention_varlen_lse", _VARLEN_IN, _VARLEN_ATTRS, lse=True)
+ATTENTION_DECODE = _declare(
+    "attention_decode",
+    (Tensor("q"), Tensor("k_cache"), Tensor("v_cache"), Tensor("cache_seqlens"),
+     Tensor("block_table", optional=True)),
+    (Attr("causal", "bool", False), Attr("scale", "float?", None), Attr("softcap", "float?", None)),
+    lse=False,
+)  # fmt: skip
+
+
+def _lse_flag(op: str, return_lse: Any, out: Any) -> bool:
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"{op}: return_lse must be a bool, got {type(return_lse).__name__}")
+    if return_lse and out is not None:
+        raise TypeError(f"{op}: out= cannot be combined with return_lse=True")
+    return return_lse
+
+
+def attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    causal: bool = False,
+    scale: float | None = None,
+    window: tuple[int, int] | None = None,
+    softcap: float | None = None,
+    *,
+    return_lse: bool = False,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
+    """``softmax(q k^T * scale + mask) v`` per head, f32 accumulation, one rounding on store.
+
+    Parameters
+    ----------
+    q : CUDA array [B, Sq, H, D], float16 or bfloat16 (bfloat16 needs sm_80+)
+    k, v : CUDA arrays [B, Sk, Hkv, D], q's dtype; H must be a multiple of Hkv (GQA / MQA)
+        Any strides along batch, sequence and head (multiples of 8 elements, 16-byte aligned
+        data; 0 broadcasts), last dimension contiguous. D: a multiple of 8 up to 256.
+    causal : bool
+        Query i sees keys j <= i + Sk - Sq (bottom-right aligned when Sq != Sk).
+    scale : float, optional
+        Default 1 / sqrt(D).
+    window : (left, right), optional
+        Sliding window: query i sees keys i + Sk - Sq - left <= j <= i + Sk - Sq + right; -1
+        leaves a side unbounded. With causal, right is capped at 0.
+    softcap : float, optional
+        Gemma-2 soft-capping: logits become softcap * tanh(logits / softcap) (0 or None: off).
+    return_lse : bool
+        Also return the f32 log-sum-exp of the (scaled, capped) logits, [B, H, Sq]
+        (not with out=).
+    out : CUDA array [B, Sq, H, D] of q's dtype, optional; must not overlap the inputs.
+    stream : int or stream object, optional
+        Defaults to the current stream of q's framework.
+
+    Returns out, or (out, lse). Rows that see no key (a window past the sequence, Sk = 0) are
+    0 with an LSE of -inf. No backward: tensors that require grad (grad mode on) raise
+    ``NotImplementedError``.
+    """
+    attrs = {"causal": causal, "scale": scale, "window": window, "softcap": softcap}
+    if _lse_flag("attention", return_lse, out):
+        return ATTENTION_LSE(q, k, v, stream=stream, **attrs)
+    return ATTENTION(q, k, v, out=out, stream=stream, **attrs)
+
+
+def attention_varlen(
+    q: Any,
+    k: Any,
+    v: Any,
+    cu_seqlens_q: Any,
+    cu_seqlens_k: Any,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    causal: bool = False,
+    scale: float | None = None,
+    window: tuple[int, int] | None = None,
+    softcap: float | None = None,
+    *,
+    return_lse: bool = False,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
+    """Attention over packed sequences (what serving engines batch with).
+
+    q : [total_q, H, D]; k, v : [total_k, Hkv, D]; cu_seqlens_q / cu_seqlens_k : int32
+    [B + 1] offsets of each sequence (non-decreasing from 0; empty sequences allowed);
+    max_seqlen_q / max_seqlen_k : host ints bounding the lengths (they size the grid). Masks,
+    scale, window, softcap, out and stream as in :func:`attention`, per sequence; return_lse
+    gives an f32 [H, total_q] log-sum-exp.
+    """
+    attrs = {
+        "max_seqlen_q": max_seqlen_q, "max_seqlen_k": max_seqlen_k, "causal": causal,
+        "scale": scale, "window": window, "softcap": softcap,
+    }  # fmt: skip
+    arrays = (q, k, v, cu_seqlens_q, cu_seqlens_k)
+    if _lse_flag("attention_varlen", return_lse, out):
+        return ATTENTION_VARLEN_LSE(*arrays, stream=stream, **attrs)
+    return ATTENTION_VARLEN(*arrays, out=out, stream=stream, **attrs)
+
+
+def attention_decode(
+    q: Any,
+    k_cache: Any,
+    v_cache: Any,
+    cache_seqlens: Any,
+    block_table: Any = None,
+    scale: float | None = None,
+    softcap: float | None = None,
+    *,
+    causal: bool = False,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
+    """Decode and short appends over a KV cache; split-KV (flash-decoding) for small batches.
+
+    q : [B, Sq <= 16, H, D]. k_cache / v_cache : [B, Smax, Hkv, D] (contiguous cache), or
+    [num_blocks, page_size, Hkv, D] pages (page_size >= 16) with block_table int32
+    [B, max_blocks]: position j of sequence b is slot j % page_size of page
+    block_table[b, j // page_size]. cache_seqlens : int32 [B], each sequence's cached length
+    (new tokens included), trusted to fit the cache. causal (keyword): query i sees keys
+    j <= i + len - Sq, for appends whose keys are already cached. The query heads of a KV group
+    share a tile, so K/V are read once per KV head; splits are merged in a fixed order, so
+    results are bitwise repeatable.
+    """
+    return ATTENTION_DECODE(
+        q, k_cache, v_cache, cache_seqlens, block_table, causal=causal, scale=scale,
+        softcap=softcap, out=out, stream=stream,
+    )  # fmt: skip

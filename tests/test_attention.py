@@ -1,0 +1,1008 @@
+"""attention family: attention, attention_varlen, attention_decode.
+
+CPU: validation before any launch (dtypes, shapes, strides, alignment, devices, windows, scales,
+grad), and the pure launch configuration (variant pick, GQA packing, split-KV, parameters).
+GPU: every head dim and both dtypes against an fp32 torch reference (softmax(q k^T * scale +
+mask) v with the mask built explicitly) over Sq, Sk in {1, 17, 128, 1000, 4097}, causal and not,
+GQA 1/4/8, windows, softcap, padded head dims, strided inputs, out= and LSE; varlen with empty
+and length-1 sequences; decode over contiguous and paged caches (scattered pages, lengths not a
+multiple of the page size, split-KV); fully masked rows; NaN propagation; large logits; bitwise
+repeatability; the sm_90a image; compute-sanitizer.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import aotkernels as ak
+from aotkernels import arrays, loader
+from aotkernels.ops import _op
+from aotkernels.ops._op import Meta
+from aotkernels.ops.attention import (
+    Tile,
+    configure,
+    decode_splits,
+    validate_decode,
+    validate_dense,
+)
+from helpers.fake_dlpack import FakeCudaArray
+from helpers.sanitizer import assert_clean, sanitizer_or_skip
+
+ENV = "AOTKERNELS_ATTENTION_PATH"
+SCRIPTS = Path(__file__).parent / "scripts"
+HEAD_DIMS = [64, 128, 256]
+DTYPES = ["float16", "bfloat16"]
+
+# (rtol, atol) of outputs against the fp32 reference, for inputs ~ N(0, 1). As FlashAttention,
+# the kernel rounds the probabilities P (in [0, 1]) to the storage dtype before P V: each term
+# p_j v_j carries a relative error up to half an ulp u (f16 2**-11, bf16 2**-8 with its 8-bit
+# significand), so |err| <= u * sum_j p_j |v_j| <= u * max|v| ~ 4.5 u for N(0, 1) values (and
+# typically far less: the errors are independent). The output is then rounded once more
+# (another u relative). f16: 4.5 * 2**-11 ~ 2.2e-3 -> atol 3e-3, rtol 2e-3; bf16: 4.5 * 2**-8
+# ~ 1.8e-2 -> atol 2e-2, rtol 1e-2. The LSE is f32 from unrounded probabilities: scores are
+# exact products of the inputs summed in f32, exp2 is MUFU (2 ulp): atol/rtol 1e-4.
+TOLERANCES = {"float16": (2e-3, 3e-3), "bfloat16": (1e-2, 2e-2)}
+LSE_TOL = {"rtol": 1e-4, "atol": 1e-4}
+
+
+def tol(dtype: Any) -> dict[str, float]:
+    rtol, atol = TOLERANCES[str(dtype).removeprefix("torch.")]
+    return {"rtol": rtol, "atol": atol}
+
+
+# --- CPU: validation ------------------------------------------------------------------------
+
+
+class _Reached(Exception):
+    """Validation passed: the op went on to allocate, load the family or launch."""
+
+
+@pytest.fixture
+def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    def reached(*args: Any, **kwargs: Any) -> Any:
+        raise _Reached
+
+    monkeypatch.setattr(loader, "family_on", reached)
+    monkeypatch.setattr(arrays.Framework, "empty", reached)
+    monkeypatch.setattr(_op, "_PLANS", {})
+    monkeypatch.delenv(ENV, raising=False)
+
+
+def F(shape: tuple[int, ...], dtype: str = "float16", **kw: Any) -> FakeCudaArray:
+    return FakeCudaArray(shape, dtype, **kw)
+
+
+def qkv(
+    b: int = 2,
+    sq: int = 33,
+    sk: int = 40,
+    h: int = 8,
+    hkv: int = 2,
+    d: int = 64,
+    dtype: str = "float16",
+) -> tuple[FakeCudaArray, ...]:
+    n = b * max(sq, sk) * h * d * 2
+    return (
+        F((b, sq, h, d), dtype, ptr=0x100000),
+        F((b, sk, hkv, d), dtype, ptr=0x100000 + 4 * n),
+        F((b, sk, hkv, d), dtype, ptr=0x100000 + 8 * n),
+    )
+
+
+def test_valid_call_reaches_launch(no_launch: None) -> None:
+    with pytest.raises(_Reached):
+        ak.attention(*qkv())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8", "float64"])
+def test_rejects_dtype(no_launch: None, dtype: str) -> None:
+    q, k, v = qkv()
+    with pytest.raises(
+        TypeError, match=rf"attention: q.dtype must be one of float16, bfloat16, got {dtype}"
+    ):
+        ak.attention(F(q.shape, dtype), k, v)
+
+
+def test_rejects_mixed_dtypes(no_launch: None) -> None:
+    q, k, v = qkv()
+    with pytest.raises(
+        TypeError, match=r"attention: v.dtype must equal q.dtype \(float16\), got bfloat16"
+    ):
+        ak.attention(q, k, F(v.shape, "bfloat16", ptr=v.ptr))
+
+
+@pytest.mark.parametrize(
+    ("qs", "ks", "match"),
+    [
+        ((2, 33, 8), (2, 40, 2, 64), r"q must be 4-D \[B, S, H, D\]"),
+        ((2, 33, 8, 64), (3, 40, 2, 64), r"k.shape\[0\] must equal q's batch 2"),
+        (
+            (2, 33, 8, 64),
+            (2, 40, 3, 64),
+            r"the query heads \(8\) must be a multiple of the KV heads \(3\)",
+        ),
+        ((2, 33, 8, 64), (2, 40, 2, 128), r"k.shape\[-1\] must equal q's head dim 64"),
+        ((2, 33, 8, 0), (2, 40, 2, 0), r"the head dim \(q.shape\[-1\]\) must be positive"),
+    ],
+)
+def test_rejects_shapes(no_launch: None, qs: Any, ks: Any, match: str) -> None:
+    with pytest.raises(ValueError, match="attention: " + match):
+        ak.attention(F(qs), F(ks, ptr=0x900000), F(ks, ptr=0x1900000))
+
+
+def test_v_shape_must_match_k(no_launch: None) -> None:
+    q, k, _ = qkv()
+    with pytest.raises(ValueError, match=r"attention: v.shape must equal k.shape"):
+        ak.attention(q, k, F((2, 41, 2, 64), ptr=0x9000000))
+
+
+@pytest.mark.parametrize("d", [12, 100, 264, 512])
+def test_unbuilt_head_dims(no_launch: None, d: int) -> None:
+    q, k, v = qkv(d=d)
+    with pytest.raises(
+        NotImplementedError,
+        match=rf"attention: head dims must be a multiple of 8 up to 256 .*got {d}",
+    ):
+        ak.attention(q, k, v)
+
+
+@pytest.mark.parametrize("d", [8, 32, 80, 96, 200])
+def test_padded_head_dims_accepted(no_launch: None, d: int) -> None:
+    with pytest.raises(_Reached):
+        ak.attention(*qkv(d=d))
+
+
+def test_rejects_noncontiguous_last_dim(no_launch: None) -> None:
+    q, k, v = qkv()
+    bad = F(v.shape, strides=(40 * 2 * 128, 2 * 128, 128, 2), ptr=v.ptr)
+    with pytest.raises(ValueError, match=r"attention: v must have a contiguous last dimension"):
+        ak.attention(q, k, bad)
+
+
+def test_rejects_misaligned_pointer(no_launch: None) -> None:
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=r"attention: q must be 16-byte aligned"):
+        ak.attention(F(q.shape, ptr=q.ptr + 2), k, v)
+
+
+def test_rejects_misaligned_stride(no_launch: None) -> None:
+    q, k, v = qkv()
+    bad = F(q.shape, strides=(33 * 8 * 68, 8 * 68, 68, 1), ptr=q.ptr)
+    with pytest.raises(ValueError, match=r"attention: q must be 16-byte aligned with strides"):
+        ak.attention(bad, k, v)
+
+
+def test_strided_and_broadcast_inputs_accepted(no_launch: None) -> None:
+    q, k, v = qkv()
+    q2 = F(q.shape, strides=(33 * 3 * 8 * 64, 3 * 8 * 64, 64, 1), ptr=q.ptr)  # from packed qkv
+    k2 = F(k.shape, strides=(0, 2 * 64, 64, 1), ptr=k.ptr)  # batch-broadcast keys
+    with pytest.raises(_Reached):
+        ak.attention(q2, k2, v)
+
+
+def test_rejects_other_device(no_launch: None) -> None:
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=r"attention: k must be on the same device as q"):
+        ak.attention(q, F(k.shape, device=1, ptr=k.ptr), v)
+
+
+def test_rejects_cpu_array(no_launch: None) -> None:
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=r"attention: q must be on a CUDA device"):
+        ak.attention(F(q.shape, device_type=1), k, v)
+
+
+@pytest.mark.parametrize(
+    ("window", "exc", "match"),
+    [
+        ((1,), ValueError, r"window must be a \(left, right\) pair, got \(1,\)"),
+        ((1.0, 2), TypeError, r"window must be a tuple of ints"),
+        ((-2, 0), ValueError, r"window sides must be >= 0, or -1 for unbounded"),
+    ],
+)
+def test_rejects_windows(no_launch: None, window: Any, exc: type, match: str) -> None:
+    with pytest.raises(exc, match="attention: " + match):
+        ak.attention(*qkv(), window=window)
+
+
+@pytest.mark.parametrize(
+    ("kw", "exc", "match"),
+    [
+        ({"scale": float("nan")}, ValueError, r"scale must be finite"),
+        ({"scale": "x"}, TypeError, r"scale must be a real number"),
+        ({"softcap": -1.0}, ValueError, r"softcap must be positive"),
+        ({"softcap": float("inf")}, ValueError, r"softcap must be finite"),
+        ({"causal": 1}, TypeError, r"causal must be a bool, got int"),
+    ],
+)
+def test_rejects_scalars(no_launch: None, kw: dict[str, Any], exc: type, match: str) -> None:
+    with pytest.raises(exc, match="attention: " + match):
+        ak.attention(*qkv(), **kw)
+
+
+def test_out_checks(no_launch: None) -> None:
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=r"attention: out must not overlap q"):
+        ak.attention(q, k, v, out=F(q.shape, ptr=q.ptr))
+    with pytest.raises(ValueError, match=r"attention: out.shape must be \(2, 33, 8, 64\)"):
+        ak.attention(q, k, v, out=F((2, 33, 8, 32), ptr=0x7000000))
+    with pytest.raises(TypeError, match=r"attention: out.dtype must be float16, got bfloat16"):
+        ak.attention(q, k, v, out=F(q.shape, "bfloat16", ptr=0x7000000))
+    overlapping = F(q.shape, strides=(33 * 64, 64, 8, 1), ptr=0x7000000)
+    with pytest.raises(ValueError, match=r"attention: out must not overlap itself"):
+        ak.attention(q, k, v, out=overlapping)
+
+
+def test_out_with_lse_refused(no_launch: None) -> None:
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match=r"attention: out= cannot be combined with return_lse"):
+        ak.attention(q, k, v, return_lse=True, out=F(q.shape, ptr=0x7000000))
+    with pytest.raises(TypeError, match=r"attention: return_lse must be a bool, got int"):
+        ak.attention(q, k, v, return_lse=1)
+
+
+@pytest.mark.gpu
+def test_requires_grad_refused() -> None:
+    torch = _torch()
+    q = rand(1, 4, 2, 64, dtype=torch.float16).requires_grad_()
+    with pytest.raises(NotImplementedError, match=r"attention: q requires grad"):
+        ak.attention(q, q.detach(), q.detach())
+    lens = torch.tensor([4], dtype=torch.int32, device="cuda")
+    with pytest.raises(NotImplementedError, match=r"attention_decode: v_cache requires grad"):
+        ak.attention_decode(q.detach(), q.detach(), q, lens)
+
+
+@pytest.mark.gpu
+def test_requires_grad_under_no_grad() -> None:
+    torch = _torch()
+    q = rand(1, 40, 2, 64, dtype=torch.float16).requires_grad_()
+    with torch.no_grad():
+        out = ak.attention(q, q, q)
+    ref, _ = reference(q.detach(), q.detach(), q.detach())
+    torch.testing.assert_close(out.float(), ref, **tol(torch.float16))
+
+
+def varlen_args(b: int = 3, total_q: int = 50, total_k: int = 60) -> tuple[Any, ...]:
+    q = F((total_q, 8, 64), ptr=0x100000)
+    k = F((total_k, 2, 64), ptr=0x900000)
+    v = F((total_k, 2, 64), ptr=0x1900000)
+    return q, k, v, F((b + 1,), "int32", ptr=0x3000000), F((b + 1,), "int32", ptr=0x3100000)
+
+
+def test_varlen_valid_and_checks(no_launch: None) -> None:
+    q, k, v, cq, ck = varlen_args()
+    with pytest.raises(_Reached):
+        ak.attention_varlen(q, k, v, cq, ck, 20, 30, causal=True)
+    with pytest.raises(TypeError, match=r"attention_varlen: cu_seqlens_q.dtype must be int32"):
+        ak.attention_varlen(q, k, v, F((4,), "float32", ptr=cq.ptr), ck, 20, 30)
+    with pytest.raises(ValueError, match=r"attention_varlen: cu_seqlens_k.shape must be \(4,\)"):
+        ak.attention_varlen(q, k, v, cq, F((5,), "int32", ptr=ck.ptr), 20, 30)
+    with pytest.raises(ValueError, match=r"attention_varlen: cu_seqlens_q must be contiguous"):
+        ak.attention_varlen(q, k, v, F((4,), "int32", strides=(2,), ptr=cq.ptr), ck, 20, 30)
+    with pytest.raises(TypeError, match=r"attention_varlen: max_seqlen_q must be an int"):
+        ak.attention_varlen(q, k, v, cq, ck, 2.5, 30)
+    with pytest.raises(ValueError, match=r"attention_varlen: max_seqlen_k must be in \[0, "):
+        ak.attention_varlen(q, k, v, cq, ck, 20, -1)
+    with pytest.raises(ValueError, match=r"attention_varlen: q must be 3-D \[total, H, D\]"):
+        ak.attention_varlen(F((1, 50, 8, 64)), k, v, cq, ck, 20, 30)
+
+
+def decode_args(paged: bool) -> tuple[Any, ...]:
+    q = F((2, 1, 8, 128), ptr=0x100000)
+    if paged:
+        k = F((10, 16, 2, 128), ptr=0x900000)
+        v = F((10, 16, 2, 128), ptr=0x1900000)
+        return q, k, v, F((2,), "int32", ptr=0x3000000), F((2, 5), "int32", ptr=0x3100000)
+    k = F((2, 300, 2, 128), ptr=0x900000)
+    v = F((2, 300, 2, 128), ptr=0x1900000)
+    return q, k, v, F((2,), "int32", ptr=0x3000000), None
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_decode_valid_and_checks(no_launch: None, paged: bool) -> None:
+    q, k, v, lens, bt = decode_args(paged)
+    with pytest.raises(_Reached):
+        ak.attention_decode(q, k, v, lens, bt)
+    with pytest.raises(ValueError, match=r"attention_decode: q.shape\[1\] .* at most 16, got 17"):
+        ak.attention_decode(F((2, 17, 8, 128), ptr=q.ptr), k, v, lens, bt)
+    with pytest.raises(ValueError, match=r"attention_decode: cache_seqlens.shape must be \(2,\)"):
+        ak.attention_decode(q, k, v, F((3,), "int32", ptr=lens.ptr), bt)
+    if paged:
+        with pytest.raises(TypeError, match=r"attention_decode: block_table.dtype must be int32"):
+            ak.attention_decode(q, k, v, lens, F((2, 5), "float32", ptr=bt.ptr))
+        with pytest.raises(ValueError, match=r"attention_decode: block_table.shape must be \(2, "):
+            ak.attention_decode(q, k, v, lens, F((3, 5), "int32", ptr=bt.ptr))
+        small = (F((10, 8, 2, 128), ptr=k.ptr), F((10, 8, 2, 128), ptr=v.ptr))
+        with pytest.raises(ValueError, match=r"attention_decode: the page size .* >= 16, got 8"):
+            ak.attention_decode(q, *small, lens, bt)
+    else:
+        with pytest.raises(ValueError, match=r"attention_decode: k_cache.shape\[0\] must equal"):
+            ak.attention_decode(
+                q, F((3, 300, 2, 128), ptr=k.ptr), F((3, 300, 2, 128), ptr=v.ptr), lens
+            )
+
+
+# --- CPU: launch configuration (pure) -------------------------------------------------------
+
+TILES = [
+    Tile("fa2_d64", "fa2", 0, 64, 128, 64, 128, 32768),
+    Tile("fa2_d128", "fa2", 0, 128, 128, 64, 128, 65536),
+    Tile("fa2_d256", "fa2", 0, 256, 64, 32, 128, 65536),
+    Tile("fa2_dec_d64", "fa2", 1, 64, 16, 128, 32, 34816),
+    Tile("fa2_dec_d128", "fa2", 1, 128, 16, 64, 32, 36864),
+    Tile("fa2_dec_d256", "fa2", 1, 256, 16, 32, 32, 40960),
+]
+
+
+def meta(shape: tuple[int, ...], dtype: str = "f16") -> Meta:
+    from aotkernels.arrays import contiguous_strides
+
+    return Meta(shape, contiguous_strides(shape), dtype, 16)
+
+
+@pytest.mark.parametrize(
+    ("d", "variant"),
+    [
+        (8, "fa2_d64"),
+        (64, "fa2_d64"),
+        (72, "fa2_d128"),
+        (128, "fa2_d128"),
+        (136, "fa2_d256"),
+        (256, "fa2_d256"),
+    ],
+)
+def test_variant_by_head_dim(d: int, variant: str) -> None:
+    q, kv = meta((2, 100, 8, d)), meta((2, 100, 8, d))
+    p = validate_dense(q, kv, kv, False, None, None, None, False)
+    cfg = configure(p, (100 * 8 * d, 8 * d, d, 1), TILES)
+    assert cfg.variant == variant
+    assert cfg.fields["scale_log2"] == pytest.approx(math.log2(math.e) / math.sqrt(d))
+
+
+def test_dense_config_fields() -> None:
+    q, kv = meta((2, 1000, 16, 128)), meta((2, 900, 4, 128))
+    p = validate_dense(q, kv, kv, True, 0.5, (100, -1), 30.0, True)
+    cfg = configure(p, (1000 * 16 * 128, 16 * 128, 128, 1), TILES)
+    f = cfg.fields
+    assert cfg.grid == (8, 16, 2) and cfg.block == 128 and cfg.smem == 65536 and cfg.splits == 1
+    assert (f["window_left"], f["window_right"]) == (100, 0)  # causal caps right at 0
+    assert f["flags"] == 64 | 32  # softcap, lse; not packed (1000 rows fill tiles)
+    assert f["scale_log2"] == pytest.approx(30.0 * math.log2(math.e))
+    assert f["softcap_pre"] == pytest.approx(0.5 / 30.0)
+    assert (f["q_sb"], f["q_ss"], f["q_sh"]) == (1000 * 16 * 128, 16 * 128, 128)
+    assert (f["lse_sb"], f["lse_sh"]) == (16 * 1000, 1000)
+    assert p.lse_shape == (2, 16, 1000)
+
+
+def test_short_queries_pack_gqa() -> None:
+    q, kv = meta((2, 4, 32, 128)), meta((2, 900, 4, 128))
+    cfg = configure(validate_dense(q, kv, kv, False, None, None, None, False), q.strides, TILES)
+    assert cfg.fields["flags"] & 16 and cfg.grid == (1, 4, 2)  # 4 x 8 rows per KV head
+
+
+def test_decode_splits_long_context() -> None:
+    q, kv = meta((1, 1, 32, 128)), meta((1, 131072, 8, 128))
+    lens = Meta((1,), (1,), "int32", 16)
+    p = validate_decode(q, kv, kv, lens, None, False, None, None)
+    assert p.splits == decode_splits(1, 8, 4, 131072) == 64  # 8 CTAs -> 512
+    cfg = configure(p, q.strides, TILES)
+    assert cfg.variant == "fa2_dec_d128" and cfg.splits == 64 and cfg.grid == (1, 8, 64)
+    assert cfg.fields["flags"] == 2 | 8 | 16  # seqused, split, packed
+    assert cfg.combine_grid == 32 and cfg.combine_block == 32 and cfg.fields["acc_split"] == 32
+
+
+def test_decode_large_batch_does_not_split() -> None:
+    q, kv = meta((64, 1, 32, 128)), meta((64, 4096, 8, 128))
+    lens = Meta((64,), (1,), "int32", 16)
+    cfg = configure(validate_decode(q, kv, kv, lens, None, False, None, None), q.strides, TILES)
+    assert cfg.splits == 1 and cfg.fields["flags"] & 8 == 0
+
+
+def test_no_kernel_for_dtype() -> None:
+    from aotkernels.errors import NoKernelImageError
+
+    q = meta((1, 4, 8, 64), "bf16")
+    p = validate_dense(q, q, q, False, None, None, None, False)
+    with pytest.raises(NoKernelImageError, match=r"no bfloat16 attention kernel for head dim 64"):
+        configure(p, q.strides, [], "sm_75")
+
+
+# --- CPU: the runner's launches on a fake sm_90a family --------------------------------------
+
+
+class FakeGpu:
+    """family_on, the allocator and _core.LaunchPlan replaced: calls run to their launches,
+    which are recorded with the parameter block the kernel would receive."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from aotkernels import _core
+        from aotkernels._paths import matrix_path
+        from aotkernels.arch_matrix import load_matrix
+        from aotkernels.device import DeviceInfo
+        from aotkernels.plan import param_layout
+
+        matrix = load_matrix(matrix_path(), check_sources=False)
+        spec = matrix.families["attention"]
+        fmt, _, offsets = param_layout(spec.params)
+        self.struct = struct.Struct(fmt)
+        self.names = [name for name, _ in spec.params]
+        self.ptr_names = [name for name, ptype in spec.params if ptype == "ptr"]
+        self.ptr_offsets = [off for name, off in offsets if name in self.ptr_names]
+        tgt = matrix.targets["sm_90a"]
+        specs = spec.entry_specs(matrix.dtypes)
+        self.family = SimpleNamespace(
+            device=DeviceInfo(0, "Fake GPU", tgt.cc, 132, 0xC0),
+            choice=SimpleNamespace(target="sm_90a"),
+            kernels={e.symbol: 0x1000 + i for i, e in enumerate(specs)},
+            variants={v.name: {"path": v.path, **dict(v.constants)} for v in spec.variants},
+            params=self.struct,
+            param_fields=[tuple(p) for p in spec.params],
+            ptr_offsets=self.ptr_offsets,
+            field_offsets=dict(offsets),
+        )
+        self.launches: list[dict[str, Any]] = []
+        self.allocs: list[FakeCudaArray] = []
+        monkeypatch.setattr(loader, "family_on", lambda name, dev: self.family)
+        monkeypatch.setattr(arrays.Framework, "empty", self._empty)
+        monkeypatch.setattr(_core, "LaunchPlan", self._plan)
+        monkeypatch.setattr(_op, "_PLANS", {})
+        monkeypatch.delenv(ENV, raising=False)
+
+    def _empty(self, like: Any, shape: Any, dtype: str) -> Any:
+        arr = FakeCudaArray(
+            shape, arrays.dtype_name(dtype), ptr=0x70000000 + len(self.allocs) * 2**24
+        )
+        self.allocs.append(arr)
+        return arr
+
+    def _plan(
+        self,
+        symbol: str,
+        func: int,
+        ctx: int,
+        grid: list[int],
+        block: list[int],
+        smem: int,
+        params: bytes,
+        ptr_offsets: list[int],
+        tmaps: Any = (),
+    ) -> Any:
+        assert func == self.family.kernels[symbol] and ptr_offsets == self.ptr_offsets
+        packed = dict(zip(self.names, self.struct.unpack(params), strict=True))
+        rec, ptr_names = self.launches, self.ptr_names
+
+        class Plan:
+            def __call__(self, stream: int, *ptrs: int) -> None:
+                fields = {**packed, **dict(zip(ptr_names, ptrs, strict=True))}
+                rec.append(
+                    {
+                        "symbol": symbol,
+                        "grid": tuple(grid),
+                        "block": tuple(block),
+                        "smem": smem,
+                        **fields,
+                    }
+                )
+
+        return Plan()
+
+
+def test_runner_dense_lse(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = FakeGpu(monkeypatch)
+    q, k, v = qkv(b=2, sq=300, sk=500, h=8, hkv=2, d=128)
+    out, lse = ak.attention(q, k, v, causal=True, return_lse=True)
+    (ln,) = gpu.launches
+    assert ln["symbol"] == "ak_attn_fwd_f16_fa2_d128" and ln["grid"] == (3, 8, 2)
+    assert (ln["q"], ln["k"], ln["v"]) == (q.ptr, k.ptr, v.ptr)
+    assert (ln["out"], ln["lse"]) == (out.ptr, lse.ptr) and out.shape == q.shape
+    assert lse.shape == (2, 8, 300) and lse.dtype == "float32"
+    assert ln["o_accum"] == ln["cu_seqlens_q"] == ln["block_table"] == 0
+    assert ln["flags"] == 32 and ln["window_right"] == 0 and ln["smem"] == 65536
+
+
+def test_runner_varlen_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = FakeGpu(monkeypatch)
+    q, k, v, cq, ck = varlen_args()
+    out = F(q.shape, ptr=0x60000000)
+    assert ak.attention_varlen(q, k, v, cq, ck, 20, 30, window=(4, 4), out=out) is out
+    (ln,) = gpu.launches
+    assert (ln["cu_seqlens_q"], ln["cu_seqlens_k"], ln["out"]) == (cq.ptr, ck.ptr, out.ptr)
+    # 20 queries x 4 heads per KV head fill one 128-row tile: packed, one CTA per KV head.
+    assert ln["lse"] == 0 and ln["flags"] == 1 | 16 and ln["grid"] == (1, 2, 3)
+    assert (ln["window_left"], ln["window_right"], ln["seqlen_q"]) == (4, 4, 20)
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_runner_decode_split(monkeypatch: pytest.MonkeyPatch, paged: bool) -> None:
+    gpu = FakeGpu(monkeypatch)
+    q = F((1, 1, 32, 128), ptr=0x100000)
+    if paged:
+        kc, vc = F((2048, 64, 8, 128), ptr=0x900000), F((2048, 64, 8, 128), ptr=0x40000000)
+        bt = F((1, 2048), "int32", ptr=0x3100000)
+    else:
+        kc, vc = F((1, 131072, 8, 128), ptr=0x900000), F((1, 131072, 8, 128), ptr=0x40000000)
+        bt = None
+    lens = F((1,), "int32", ptr=0x3000000)
+    out = ak.attention_decode(q, kc, vc, lens, bt, softcap=30.0)
+    fwd, comb = gpu.launches
+    o_acc, l_acc = gpu.allocs[1:]  # after out: the hidden workspaces
+    assert o_acc.shape == (64, 32, 128) and l_acc.shape == (64, 32)
+    assert fwd["symbol"] == "ak_attn_fwd_f16_fa2_dec_d128" and fwd["grid"] == (1, 8, 64)
+    assert comb["symbol"] == "ak_attn_combine_f16_fa2_dec_d128" and comb["grid"] == (32, 1, 1)
+    for ln in (fwd, comb):
+        assert (ln["out"], ln["q"], ln["k"], ln["v"]) == (out.ptr, q.ptr, kc.ptr, vc.ptr)
+        assert (ln["o_accum"], ln["lse_accum"], ln["seqused_k"]) == (o_acc.ptr, l_acc.ptr, lens.ptr)
+        assert ln["block_table"] == (bt.ptr if bt is not None else 0)
+        assert ln["flags"] == 2 | 8 | 16 | 64 | (4 if paged else 0)
+        assert ln["num_splits"] == 64 and ln["page_size"] == (64 if paged else 0)
+
+
+def test_runner_decode_no_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = FakeGpu(monkeypatch)
+    q = F((64, 1, 32, 128), ptr=0x100000)
+    kc, vc = F((64, 4096, 8, 128), ptr=0x900000), F((64, 4096, 8, 128), ptr=0x50000000)
+    ak.attention_decode(q, kc, vc, F((64,), "int32", ptr=0x3000000))
+    (ln,) = gpu.launches
+    assert ln["o_accum"] == ln["lse_accum"] == 0 and ln["flags"] & 8 == 0
+    assert gpu.allocs[1].shape == (0, 64 * 32, 128)
+
+
+# --- CPU: the torch front end (schemas, fake implementations) --------------------------------
+
+
+def test_torch_schemas() -> None:
+    pytest.importorskip("torch")
+    from aotkernels import _torch
+    from aotkernels.ops._op import REGISTRY
+
+    common = "bool causal=False, float? scale=None, int[]? window=None, float? softcap=None"
+    assert _torch.schema(REGISTRY["attention"]) == (
+        f"attention(Tensor q, Tensor k, Tensor v, {common}) -> Tensor"
+    )
+    assert _torch.schema(REGISTRY["attention_lse"]).endswith("-> (Tensor, Tensor)")
+    assert _torch.schema(REGISTRY["attention_varlen"]) == (
+        "attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor "
+        f"cu_seqlens_k, int max_seqlen_q=0, int max_seqlen_k=0, {common}) -> Tensor"
+    )
+    assert _torch.schema(REGISTRY["attention_decode"]) == (
+        "attention_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, "
+        "Tensor? block_table=None, bool causal=False, float? scale=None, float? softcap=None) "
+        "-> Tensor"
+    )
+
+
+def test_torch_fake_impls() -> None:
+    """What torch.compile sees: shapes and dtypes from the declarations, checks included."""
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from aotkernels import _torch
+
+    _torch.register()
+    ops = torch.ops.aotkernels
+    bf, i32 = torch.bfloat16, torch.int32
+    with FakeTensorMode():
+        q = torch.empty(2, 300, 8, 128, device="cuda", dtype=bf)
+        k = torch.empty(2, 500, 2, 128, device="cuda", dtype=bf)
+        out = ops.attention(q, k, k, True, None, [64, 0], 30.0)
+        assert out.shape == q.shape and out.dtype == bf and out.device.type == "cuda"
+        out, lse = ops.attention_lse(q, k, k)
+        assert lse.shape == (2, 8, 300) and lse.dtype == torch.float32
+        qp = torch.empty(600, 8, 128, device="cuda", dtype=bf)
+        kp = torch.empty(1000, 2, 128, device="cuda", dtype=bf)
+        cu = torch.empty(3, device="cuda", dtype=i32)
+        out, lse = ops.attention_varlen_lse(qp, kp, kp, cu, cu, 300, 500)
+        assert out.shape == (600, 8, 128) and lse.shape == (8, 600)
+        pages = torch.empty(100, 64, 2, 128, device="cuda", dtype=bf)
+        bt = torch.empty(2, 50, device="cuda", dtype=i32)
+        lens = torch.empty(2, device="cuda", dtype=i32)
+        q1 = torch.empty(2, 1, 8, 128, device="cuda", dtype=bf)
+        out = ops.attention_decode(q1, pages, pages, lens, bt)
+        assert out.shape == (2, 1, 8, 128)
+        with pytest.raises(ValueError, match=r"attention: window sides must be >= 0"):
+            ops.attention(q, k, k, False, None, [-3, 0])
+        with pytest.raises(ValueError, match=r"attention_decode: q.shape\[1\] .* at most 16"):
+            ops.attention_decode(q, pages, pages, lens, bt)
+
+
+# --- GPU ------------------------------------------------------------------------------------
+
+
+def _torch() -> Any:
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return torch
+
+
+def reference(
+    q: Any,
+    k: Any,
+    v: Any,
+    causal: bool = False,
+    scale: float | None = None,
+    window: tuple[int, int] | None = None,
+    softcap: float | None = None,
+) -> tuple[Any, Any]:
+    """fp32 softmax(q k^T * scale + mask) v per head: ([B, Sq, H, D], lse [B, H, Sq]).
+
+    The mask is built explicitly from the rule the kernel documents (bottom-right aligned);
+    rows without any visible key give 0 and an LSE of -inf."""
+    torch = _torch()
+    sq, h, d = q.shape[1:]
+    sk, hkv = k.shape[1], k.shape[2]
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    qf = q.float().transpose(1, 2)
+    kf = k.float().repeat_interleave(h // hkv, dim=2).transpose(1, 2)
+    vf = v.float().repeat_interleave(h // hkv, dim=2).transpose(1, 2)
+    s = qf @ kf.transpose(-1, -2) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(sq, device=q.device)[:, None] + (sk - sq)
+    j = torch.arange(sk, device=q.device)[None, :]
+    keep = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
+    left, right = window if window is not None else (-1, -1)
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    if left >= 0:
+        keep &= j >= i - left
+    if right >= 0:
+        keep &= j <= i + right
+    s = s.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - torch.where(lse.isinf(), torch.zeros_like(lse), lse)[..., None])
+    out = (p @ vf).transpose(1, 2)
+    return out, lse
+
+
+def rand(*shape: int, dtype: Any, scale: float = 1.0) -> Any:
+    torch = _torch()
+    return (torch.randn(*shape, device="cuda") * scale).to(dtype)
+
+
+def check(q: Any, k: Any, v: Any, **kw: Any) -> None:
+    torch = _torch()
+    out, lse = ak.attention(q, k, v, return_lse=True, **kw)
+    ref, ref_lse = reference(q, k, v, **kw)
+    torch.testing.assert_close(out.float(), ref, **tol(q.dtype))
+    torch.testing.assert_close(lse, ref_lse, **LSE_TOL)
+
+
+SEQS = [
+    (1, 1),
+    (17, 17),
+    (128, 128),
+    (1000, 1000),
+    (4097, 4097),
+    (1, 4097),
+    (17, 1000),
+    (1000, 17),
+    (128, 4097),
+    (4097, 128),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize(("sq", "sk"), SEQS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_dense(dtype: str, d: int, sq: int, sk: int, causal: bool) -> None:
+    torch = _torch()
+    torch.manual_seed(sq * 7 + sk + d)
+    dt = getattr(torch, dtype)
+    b, h = (1, 2) if sq * sk > 10**6 else (2, 3)
+    check(
+        rand(b, sq, h, d, dtype=dt),
+        rand(b, sk, h, d, dtype=dt),
+        rand(b, sk, h, d, dtype=dt),
+        causal=causal,
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("group", [1, 4, 8])
+@pytest.mark.parametrize(("sq", "sk"), [(1, 1000), (17, 128), (1000, 1000), (128, 4097)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa(dtype: str, group: int, sq: int, sk: int, causal: bool) -> None:
+    torch = _torch()
+    torch.manual_seed(group + sq)
+    dt = getattr(torch, dtype)
+    hkv = 2
+    check(
+        rand(2, sq, hkv * group, 128, dtype=dt),
+        rand(2, sk, hkv, 128, dtype=dt),
+        rand(2, sk, hkv, 128, dtype=dt),
+        causal=causal,
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("window", [(0, 0), (16, 16), (100, -1), (-1, 40), (300, 0), (5, 2000)])
+@pytest.mark.parametrize(("sq", "sk"), [(1000, 1000), (17, 1000), (1000, 17), (4097, 4097)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_windows(dtype: str, window: tuple[int, int], sq: int, sk: int, causal: bool) -> None:
+    torch = _torch()
+    torch.manual_seed(sq + window[0])
+    dt = getattr(torch, dtype)
+    check(
+        rand(1, sq, 4, 64, dtype=dt),
+        rand(1, sk, 2, 64, dtype=dt),
+        rand(1, sk, 2, 64, dtype=dt),
+        causal=causal,
+        window=window,
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("softcap", [1.0, 30.0, 50.0])
+def test_softcap(dtype: str, d: int, softcap: float) -> None:
+    torch = _torch()
+    torch.manual_seed(d)
+    dt = getattr(torch, dtype)
+    # Logits of a few tens, so that the cap bends them.
+    q, k, v = (
+        rand(2, 300, 4, d, dtype=dt, scale=3.0),
+        rand(2, 500, 2, d, dtype=dt, scale=3.0),
+        rand(2, 500, 2, d, dtype=dt),
+    )
+    check(q, k, v, softcap=softcap, causal=True)
+    check(q, k, v, softcap=softcap, scale=0.3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [8, 32, 80, 96, 136, 200])
+def test_padded_head_dims(dtype: str, d: int) -> None:
+    torch = _torch()
+    dt = getattr(torch, dtype)
+    check(
+        rand(2, 129, 4, d, dtype=dt),
+        rand(2, 77, 4, d, dtype=dt),
+        rand(2, 77, 4, d, dtype=dt),
+        causal=True,
+    )
+
+
+@pytest.mark.gpu
+def test_strided_inputs_and_out() -> None:
+    """q, k, v as views of one packed qkv projection, a batch-broadcast v, a strided out=."""
+    torch = _torch()
+    qkv_ = rand(2, 300, 3, 8, 128, dtype=torch.bfloat16)
+    q, k = qkv_[:, :, 0], qkv_[:, :, 1, :2]
+    v = rand(1, 300, 2, 128, dtype=torch.bfloat16).expand(2, -1, -1, -1)
+    big = torch.full((2, 8, 300, 256), float("nan"), device="cuda", dtype=torch.bfloat16)
+    out = big[..., :128].transpose(1, 2)  # [B, S, H, D] with strides (8*300*256, 256, 300*256, 1)
+    res = ak.attention(q, k, v, causal=True, out=out)
+    assert res is out
+    ref, _ = reference(q, k, v, causal=True)
+    torch.testing.assert_close(out.float(), ref, **tol(torch.bfloat16))
+    assert big[..., 128:].isnan().all()  # nothing written outside out
+
+
+@pytest.mark.gpu
+def test_fully_masked_rows() -> None:
+    """Causal with Sq > Sk (bottom-right): the first Sq - Sk rows see no key; a window that
+    ends before the first key; Sk = 0."""
+    torch = _torch()
+    q, k, v = (
+        rand(2, 150, 4, 64, dtype=torch.float16),
+        rand(2, 20, 4, 64, dtype=torch.float16),
+        rand(2, 20, 4, 64, dtype=torch.float16),
+    )
+    out, lse = ak.attention(q, k, v, causal=True, return_lse=True)
+    assert (out[:, :130] == 0).all() and (lse[:, :, :130] == float("-inf")).all()
+    assert not out.isnan().any() and lse[:, :, 130:].isfinite().all()
+    check(q, k, v, causal=True)
+    out, lse = ak.attention(q, k, v, window=(3, 0), return_lse=True)  # keys i - 133 .. i - 130
+    assert (out[:, :130] == 0).all() and (lse[:, :, :130] == float("-inf")).all()
+    check(q, k, v, window=(3, 0))
+    empty_k = k[:, :0]
+    out, lse = ak.attention(q, empty_k, empty_k, return_lse=True)
+    assert (out == 0).all() and (lse == float("-inf")).all()
+
+
+@pytest.mark.gpu
+def test_nan_in_v_propagates() -> None:
+    torch = _torch()
+    q, k, v = (rand(1, 200, 2, 128, dtype=torch.bfloat16) for _ in range(3))
+    v[0, 57, 1, 3] = float("nan")
+    out = ak.attention(q, k, v)
+    assert out[0, :, 1, 3].isnan().all()
+    assert not out[0, :, 0].isnan().any() and not out[0, :, 1, 4:].isnan().any()
+    causal = ak.attention(q, k, v, causal=True)
+    assert causal[0, 57:, 1, 3].isnan().all()  # rows that see key 57
+    # Earlier rows of the same key tile multiply it by a probability of 0: NaN as well, as in
+    # the reference (0 * NaN); rows whose tiles never reach key 57 stay finite.
+    assert not causal[0, :, 0].isnan().any() and not causal[0, :, 1, 4:].isnan().any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_large_logits(dtype: str) -> None:
+    """Logits in the thousands: the running max keeps every exponential in range."""
+    torch = _torch()
+    dt = getattr(torch, dtype)
+    check(
+        rand(1, 500, 2, 128, dtype=dt, scale=20.0),
+        rand(1, 700, 2, 128, dtype=dt, scale=20.0),
+        rand(1, 700, 2, 128, dtype=dt),
+    )
+
+
+@pytest.mark.gpu
+def test_bitwise_repeatable() -> None:
+    torch = _torch()
+    q, k, v = (
+        rand(2, 1000, 8, 128, dtype=torch.bfloat16),
+        rand(2, 3000, 2, 128, dtype=torch.bfloat16),
+        rand(2, 3000, 2, 128, dtype=torch.bfloat16),
+    )
+    a = ak.attention(q, k, v, causal=True, window=(500, 0), softcap=30.0)
+    b = ak.attention(q, k, v, causal=True, window=(500, 0), softcap=30.0)
+    assert torch.equal(a, b)
+    lens = torch.tensor([3000, 1234], device="cuda", dtype=torch.int32)
+    d1 = ak.attention_decode(q[:, :1], k, v, lens)
+    d2 = ak.attention_decode(q[:, :1], k, v, lens)
+    assert torch.equal(d1, d2)
+
+
+@pytest.mark.gpu
+def test_forced_path_and_image() -> None:
+    torch = _torch()
+    q = rand(1, 64, 2, 64, dtype=torch.float16)
+    os.environ[ENV] = "fa2"
+    try:
+        check(q, q, q, causal=True)
+    finally:
+        del os.environ[ENV]
+    fam = loader.family_on("attention", 0)
+    major, minor = torch.cuda.get_device_capability(0)
+    if (major, minor) == (9, 0):
+        assert fam.choice.target == "sm_90a"
+    os.environ[ENV] = "wgmma"
+    try:
+        with pytest.raises(ValueError, match="AOTKERNELS_ATTENTION_PATH must be one of fa2"):
+            ak.attention(q, q, q)
+    finally:
+        del os.environ[ENV]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [None, (64, 0)])
+def test_varlen(dtype: str, causal: bool, window: Any) -> None:
+    torch = _torch()
+    dt = getattr(torch, dtype)
+    lq = [0, 1, 17, 300, 0, 1000, 5, 128]
+    lk = [5, 1, 40, 300, 0, 1000, 0, 4097]
+    h, hkv, d = 8, 2, 128
+    cq = torch.tensor([0, *torch.tensor(lq).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    ck = torch.tensor([0, *torch.tensor(lk).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    q, k, v = (
+        rand(sum(lq), h, d, dtype=dt),
+        rand(sum(lk), hkv, d, dtype=dt),
+        rand(sum(lk), hkv, d, dtype=dt),
+    )
+    out = torch.full_like(q, float("nan"))
+    args = (q, k, v, cq, ck, max(lq), max(lk))
+    res = ak.attention_varlen(*args, causal=causal, window=window, out=out)
+    with_lse, lse = ak.attention_varlen(*args, causal=causal, window=window, return_lse=True)
+    assert res is out and lse.shape == (h, sum(lq)) and torch.equal(with_lse, out)
+    for i in range(len(lq)):
+        qs, ks = slice(cq[i].item(), cq[i + 1].item()), slice(ck[i].item(), ck[i + 1].item())
+        if lq[i] == 0:
+            continue
+        ref, ref_lse = reference(
+            q[None, qs], k[None, ks], v[None, ks], causal=causal, window=window
+        )
+        torch.testing.assert_close(out[qs].float(), ref[0], **tol(dt))
+        torch.testing.assert_close(lse[:, qs], ref_lse[0], **LSE_TOL)
+
+
+def _paged(k: Any, v: Any, lens: list[int], page: int, gen: Any) -> tuple[Any, Any, Any]:
+    """Scatter contiguous caches [B, S, Hkv, D] into shuffled pages; the block table."""
+    torch = _torch()
+    b, s, hkv, d = k.shape
+    per = math.ceil(s / page)
+    perm = torch.randperm(b * per + 3, generator=gen)[: b * per].reshape(b, per)
+    kp = torch.full((b * per + 3, page, hkv, d), float("nan"), device="cuda", dtype=k.dtype)
+    vp = kp.clone()
+    for i in range(b):
+        for j in range(math.ceil(lens[i] / page)):
+            n = min(page, lens[i] - j * page)
+            kp[perm[i, j], :n] = k[i, j * page : j * page + n]
+            vp[perm[i, j], :n] = v[i, j * page : j * page + n]
+    return kp, vp, perm.to(device="cuda", dtype=torch.int32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("page", [None, 16, 64, 256])
+@pytest.mark.parametrize(("sq", "group"), [(1, 8), (4, 4), (16, 1)])
+def test_decode(dtype: str, d: int, page: int | None, sq: int, group: int) -> None:
+    """Cache lengths 1, 700 and 5000 (not page multiples); positions past a sequence's length
+    hold NaN in the paged cache, which must never be read."""
+    torch = _torch()
+    gen = torch.Generator().manual_seed(d + sq)
+    dt = getattr(torch, dtype)
+    lens = [1 + sq, 700, 5000]
+    b, hkv, smax = 3, 2, 5000
+    q = rand(b, sq, hkv * group, d, dtype=dt)
+    k, v = rand(b, smax, hkv, d, dtype=dt), rand(b, smax, hkv, d, dtype=dt)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    for causal in (False, True):
+        if page is None:
+            out = ak.attention_decode(q, k, v, seqlens, causal=causal)
+        else:
+            kp, vp, bt = _paged(k, v, lens, page, gen)
+            out = ak.attention_decode(q, kp, vp, seqlens, bt, causal=causal)
+        for i in range(b):
+            ref, _ = reference(
+                q[i : i + 1], k[i : i + 1, : lens[i]], v[i : i + 1, : lens[i]], causal=causal
+            )
+            torch.testing.assert_close(out[i : i + 1].float(), ref, **tol(dt))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("paged", [False, True])
+def test_decode_split_long_context(paged: bool) -> None:
+    """One 100k-token sequence: split-KV spreads it over the GPU; softcap and a strided q."""
+    torch = _torch()
+    gen = torch.Generator().manual_seed(1)
+    n = 100_003
+    q = rand(1, 2, 32, 128, dtype=torch.bfloat16)[:, :1]
+    k, v = rand(1, n, 8, 128, dtype=torch.bfloat16), rand(1, n, 8, 128, dtype=torch.bfloat16)
+    seqlens = torch.tensor([n], dtype=torch.int32, device="cuda")
+    if paged:
+        kp, vp, bt = _paged(k, v, [n], 256, gen)
+        out = ak.attention_decode(q, kp, vp, seqlens, bt, softcap=20.0)
+    else:
+        out = ak.attention_decode(q, k, v, seqlens, softcap=20.0)
+    ref, _ = reference(q, k, v, softcap=20.0)
+    torch.testing.assert_close(out.float(), ref, **tol(torch.bfloat16))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
+def test_compute_sanitizer_clean(tool: str) -> None:
+    """tests/scripts/sanitize_attention.py under the tool: dense, varlen, paged split decode on
+    small odd shapes, each input in its own exact-size allocation (torch's caching off). Driver
+    API errors are not reported: cuda-python probes optional entry points at import, and each
+    probe the driver lacks would count as an error that is none of the kernels'."""
+    sanitizer = sanitizer_or_skip()
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+    proc = subprocess.run(
+        [
+            sanitizer,
+            "--tool",
+            tool,
+            "--report-api-errors",
+            "no",
+            "--error-exitcode",
+            "9",
+            sys.executable,
+            str(SCRIPTS / "sanitize_attention.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+    assert_clean(proc, "SANITIZE_ATTENTION_OK")
