@@ -939,3 +939,37 @@ def test_jax_jit_backward_ops() -> None:
     want = jax.vjp(ln, x, w, b)[1](g)
     for i, what in enumerate(("dx", "dweight", "dbias")):
         close(got[i], want[i], f"layer_norm {what}")
+
+
+def test_launch_args_carry_64_bit_strides() -> None:
+    """Row strides past 2**31 elements reach every backward launch's parameter block unchanged
+    (the rules' args, packed with the family's struct layout)."""
+    import struct
+
+    from aotkernels._paths import matrix_path
+    from aotkernels.arch_matrix import load_matrix
+    from aotkernels.plan import param_layout
+
+    matrix = load_matrix(matrix_path(), check_sources=False)
+    big = 2**31 + 8
+    x, g, o = (fake((2, 128), strides=(big + i, 1)) for i in (0, 16, 32))
+    half = fake((2, 64), strides=(big + 48, 1))
+    w = fake((128,))
+    cases = [
+        ("silu_backward", {"grad": g, "x": x}, {"out": o}),
+        ("silu_and_mul_backward", {"grad": half, "x": x}, {"out": o}),
+        ("softmax_backward", {"grad": g, "y": x}, {"out": o}),
+        ("rms_norm_backward", {"grad": g, "x": x, "weight": w}, {"out": o}),
+    ]
+    for name, given, outs in cases:
+        op = REGISTRY[name]
+        fields = matrix.families[op.family].params
+        fmt = param_layout(fields)[0]
+        for ln in op.launch(args(name, outs, **given)):
+            values = [0 if t == "ptr" else ln.args.get(n, 0) for n, t in fields]
+            packed = dict(zip((n for n, _ in fields), struct.unpack(fmt, struct.pack(fmt, *values)),
+                              strict=True))  # fmt: skip
+            if "dy_row_stride" in ln.args:
+                assert packed["x_row_stride"] == big, (name, packed)
+                assert packed["dy_row_stride"] == big + (48 if "and_mul" in name else 16), name
+                assert packed["out_row_stride"] == big + 32, (name, packed)
