@@ -1,18 +1,28 @@
 // _xla: aotkernels' kernels as one XLA FFI custom call, for jax.jit.
 //
-// One typed handler serves every op: the launch description (the parameter block packed by the
-// Python op layer with zeros at pointer fields, where each pointer comes from, grid, block,
-// shared memory, TMA descriptors) arrives as attributes of the custom call, the buffers as its
-// operands and results. The handler patches the buffers' addresses in and launches on XLA's
-// stream: no host synchronisation, no copies. Built only where jaxlib's FFI headers were found, so
-// _core never depends on them. Like _core, nothing links libcuda: Python hands over the driver's
-// entry points (set_driver).
+// One typed handler serves every op: the launch description (the kernel's name, the parameter
+// block packed by the Python op layer with zeros at pointer fields, where each pointer comes
+// from, grid, block, shared memory, TMA descriptors) arrives as attributes of the custom call, the
+// buffers as its operands and results. The handler patches the buffers' addresses in and launches
+// on XLA's stream: no host synchronisation, no copies.
+//
+// Kernels are named ("family/symbol"), not passed as CUfunction pointers, so that a compiled
+// program holds nothing specific to one process: JAX's persistent compilation cache can serve it
+// to the next process, whose lowering publishes that process's CUfunctions under the same names.
+// Built only where jaxlib's FFI headers were found, so _core never depends on them. Like _core,
+// nothing links libcuda: Python hands over the driver's entry points (set_driver).
 #include <cuda.h>
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tensor_map.h"
@@ -37,6 +47,25 @@ void set_driver(uintptr_t launch, uintptr_t error_name, uintptr_t tensor_map_enc
   g_driver.error_name = reinterpret_cast<decltype(g_driver.error_name)>(error_name);
   g_driver.tensor_map_encode =
       reinterpret_cast<decltype(g_driver.tensor_map_encode)>(tensor_map_encode);
+}
+
+// Published kernels: name -> CUfunction per CUDA ordinal (0 where the family is not loaded).
+// Written by the lowering (GIL held), read by handlers on XLA's threads.
+std::shared_mutex g_kernels_mutex;
+std::map<std::string, std::vector<uint64_t>, std::less<>> g_kernels;
+
+void set_kernels(const std::string& name, std::vector<uint64_t> per_device) {
+  std::unique_lock lock(g_kernels_mutex);
+  g_kernels[name] = std::move(per_device);
+}
+
+// The CUfunction of `name` on `device`, or null when it was not published for that device.
+CUfunction find_kernel(std::string_view name, int32_t device) {
+  std::shared_lock lock(g_kernels_mutex);
+  auto it = g_kernels.find(name);
+  if (it == g_kernels.end() || device < 0 || static_cast<size_t>(device) >= it->second.size())
+    return nullptr;
+  return reinterpret_cast<CUfunction>(it->second[device]);
 }
 
 ffi::Error cuda_error(const char* what, CUresult rc) {
@@ -116,7 +145,7 @@ ffi::Error dims3(ffi::Span<const int64_t> v, const char* what, unsigned out[3]) 
 }
 
 ffi::Error launch(CUstream stream, int32_t device, ffi::RemainingArgs args, ffi::RemainingRets rets,
-                  ffi::Span<const uint64_t> kernels, ffi::Span<const uint8_t> params,
+                  std::string_view kernel, ffi::Span<const uint8_t> params,
                   ffi::Span<const int64_t> ptr_offsets, ffi::Span<const int64_t> slots,
                   ffi::Span<const int64_t> grid, ffi::Span<const int64_t> block, int64_t smem,
                   ffi::Span<const int64_t> tensor_maps) {
@@ -124,8 +153,13 @@ ffi::Error launch(CUstream stream, int32_t device, ffi::RemainingArgs args, ffi:
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       "aotkernels: the driver's entry points were not handed to _xla (this program "
                       "was compiled in another process, or aotkernels._jax never ran)");
-  if (device < 0 || static_cast<size_t>(device) >= kernels.size() || kernels[device] == 0)
-    return invalid("no kernel loaded for device " + std::to_string(device));
+  CUfunction function = find_kernel(kernel, device);
+  if (!function)
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      "aotkernels: kernel " + std::string(kernel) + " is not loaded on device " +
+                          std::to_string(device) +
+                          " in this process (its family does not load there, or the program was "
+                          "compiled elsewhere and never lowered here)");
   unsigned g[3], b[3];
   if (ffi::Error e = dims3(grid, "grid", g); e.failure()) return e;
   if (ffi::Error e = dims3(block, "block", b); e.failure()) return e;
@@ -147,9 +181,8 @@ ffi::Error launch(CUstream stream, int32_t device, ffi::RemainingArgs args, ffi:
   // the offset the cubin says (not 0 for the 128-byte aligned structs that hold CUtensorMaps).
   void* kernel_params[] = {param_block.data()};
   // A CUfunction launches in its own context (the device's primary one, which XLA uses too).
-  CUresult rc =
-      g_driver.launch(reinterpret_cast<CUfunction>(kernels[device]), g[0], g[1], g[2], b[0], b[1],
-                      b[2], static_cast<unsigned>(smem), stream, kernel_params, nullptr);
+  CUresult rc = g_driver.launch(function, g[0], g[1], g[2], b[0], b[1], b[2],
+                                static_cast<unsigned>(smem), stream, kernel_params, nullptr);
   if (rc != CUDA_SUCCESS) return cuda_error("cuLaunchKernel", rc);
   return ffi::Error::Success();
 }
@@ -157,16 +190,16 @@ ffi::Error launch(CUstream stream, int32_t device, ffi::RemainingArgs args, ffi:
 // The host-side half of `launch` for tests without a GPU: the same attributes, decoding and
 // patching, then the patched parameter block written to the last result (u8, one per byte)
 // instead of a launch.
-ffi::Error describe(ffi::RemainingArgs args, ffi::RemainingRets rets,
-                    ffi::Span<const uint64_t> kernels, ffi::Span<const uint8_t> params,
-                    ffi::Span<const int64_t> ptr_offsets, ffi::Span<const int64_t> slots,
-                    ffi::Span<const int64_t> grid, ffi::Span<const int64_t> block, int64_t smem,
+ffi::Error describe(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view kernel,
+                    ffi::Span<const uint8_t> params, ffi::Span<const int64_t> ptr_offsets,
+                    ffi::Span<const int64_t> slots, ffi::Span<const int64_t> grid,
+                    ffi::Span<const int64_t> block, int64_t smem,
                     ffi::Span<const int64_t> tensor_maps) {
   unsigned g[3], b[3];
   if (ffi::Error e = dims3(grid, "grid", g); e.failure()) return e;
   if (ffi::Error e = dims3(block, "block", b); e.failure()) return e;
   if (smem < 0 || smem > UINT32_MAX) return invalid("smem out of range");
-  if (kernels.size() == 0) return invalid("kernels must list one entry per device");
+  if (kernel.empty()) return invalid("kernel must name the entry point");
   if (rets.size() == 0) return invalid("describe needs a result for the parameter block");
   std::vector<char> param_block;
   std::vector<aotkernels::TensorMapSpec> maps;
@@ -187,7 +220,7 @@ auto with_description(B binding) {
   return std::move(binding)
       .RemainingArgs()
       .RemainingRets()
-      .template Attr<ffi::Span<const uint64_t>>("kernels")
+      .template Attr<std::string_view>("kernel")
       .template Attr<ffi::Span<const uint8_t>>("params")
       .template Attr<ffi::Span<const int64_t>>("ptr_offsets")
       .template Attr<ffi::Span<const int64_t>>("slots")
@@ -217,6 +250,7 @@ NB_MODULE(_xla, m) {
   m.doc() = "aotkernels' XLA FFI launch handler (one typed handler for every op)";
   m.def("set_driver", &set_driver, nb::arg("launch"), nb::arg("error_name"),
         nb::arg("tensor_map_encode"));
+  m.def("set_kernels", &set_kernels, nb::arg("name"), nb::arg("per_device"));
   m.def("launch_handler", [] { return handler_capsule(kLaunch); });
   m.def("describe_handler", [] { return handler_capsule(kDescribe); });
   // Which headers this module was compiled against, for `aotkernels doctor`.

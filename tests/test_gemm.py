@@ -214,7 +214,6 @@ def test_scaled_mm_rejects_operand_dtype(no_launch: None, dtype: str) -> None:
     [
         ("matmul", "bfloat16", "float16"),
         ("matmul", "float16", "float32"),
-        ("scaled_mm", "float8_e4m3fn", "float8_e5m2"),
         ("scaled_mm", "int8", "float8_e4m3fn"),
     ],
 )
@@ -223,6 +222,27 @@ def test_rejects_mismatched_dtypes(no_launch: None, op: str, da: str, db: str) -
     _, b = _ab(dtype=db)
     with pytest.raises(TypeError, match=rf"{op}: b.dtype must equal a.dtype \({da}\), got {db}"):
         getattr(ak, op)(a, b, out_dtype="float32")
+
+
+@pytest.mark.parametrize(("da", "db"), [("float8_e4m3fn", "int8"), ("float8_e5m2", "bfloat16")])
+def test_fp8_takes_only_fp8_partners(no_launch: None, da: str, db: str) -> None:
+    a, _ = _ab(dtype=da, layout="kk")
+    _, b = _ab(dtype=db, layout="kk")
+    with pytest.raises(
+        TypeError,
+        match=rf"scaled_mm: b.dtype must equal a.dtype \({da}\) or the other fp8 type, got {db}",
+    ):
+        ak.scaled_mm(a, b, out_dtype="float32")
+
+
+@pytest.mark.parametrize(
+    ("da", "db"), [("float8_e4m3fn", "float8_e5m2"), ("float8_e5m2", "float8_e4m3fn")]
+)
+def test_mixed_fp8_passes_validation(no_launch: None, da: str, db: str) -> None:
+    a, _ = _ab(dtype=da, layout="kk")
+    _, b = _ab(dtype=db, layout="kk")
+    with pytest.raises(_Reached):
+        ak.scaled_mm(a, b, out_dtype="bfloat16")
 
 
 def test_rejects_shape_mismatch(no_launch: None) -> None:
@@ -237,18 +257,63 @@ def test_rejects_shape_mismatch(no_launch: None) -> None:
         ak.scaled_mm(_m((4, 8), "int8"), _m((7, 5), "int8", ptr=B_PTR), out_dtype="int32")
 
 
+@pytest.mark.parametrize(("arg", "shape"), [("a", (8,)), ("a", ()), ("b", (8,)), ("b", ())])
+def test_matmul_rejects_under_2d(no_launch: None, arg: str, shape: tuple[int, ...]) -> None:
+    a, b = _ab()
+    bad = FakeCudaArray(shape, "bfloat16", ptr=0x9000000)
+    want = "[..., M, K]" if arg == "a" else "[..., K, N]"
+    with pytest.raises(
+        ValueError,
+        match=rf"matmul: {arg} must be at least 2-D {re.escape(want)}, got shape "
+        + re.escape(str(shape)),
+    ):
+        ak.matmul(bad if arg == "a" else a, bad if arg == "b" else b)
+
+
 @pytest.mark.parametrize(
     ("arg", "shape"), [("a", (2, 4, 8)), ("a", (8,)), ("a", ()), ("b", (8,)), ("b", (1, 8, 5))]
 )
-def test_rejects_non_2d(no_launch: None, arg: str, shape: tuple[int, ...]) -> None:
-    a, b = _ab()
-    bad = FakeCudaArray(shape, "bfloat16", ptr=0x9000000)
+def test_scaled_mm_rejects_non_2d(no_launch: None, arg: str, shape: tuple[int, ...]) -> None:
+    a, b = _ab(dtype="int8", layout="kk")
+    bad = FakeCudaArray(shape, "int8", ptr=0x9000000)
     want = "[M, K]" if arg == "a" else "[K, N]"
     with pytest.raises(
         ValueError,
-        match=rf"matmul: {arg} must be 2-D {re.escape(want)}, got shape " + re.escape(str(shape)),
+        match=rf"scaled_mm: {arg} must be 2-D {re.escape(want)}, got shape "
+        + re.escape(str(shape)),
     ):
-        ak.matmul(bad if arg == "a" else a, bad if arg == "b" else b)
+        ak.scaled_mm(bad if arg == "a" else a, bad if arg == "b" else b, out_dtype="int32")
+
+
+def test_matmul_rejects_unbroadcastable_batches(no_launch: None) -> None:
+    a = FakeCudaArray((3, 4, 8), "bfloat16", ptr=A_PTR)
+    b = FakeCudaArray((2, 8, 5), "bfloat16", ptr=B_PTR)
+    with pytest.raises(
+        ValueError,
+        match=r"matmul: the batch dims of a \(3,\) and b \(2,\) must broadcast \(equal or 1\), "
+        r"got 3 against 2",
+    ):
+        ak.matmul(a, b)
+    with pytest.raises(
+        ValueError, match=r"matmul: b.shape\[-2\] must equal a.shape\[-1\] \(8\), got b.shape"
+    ):
+        ak.matmul(a, FakeCudaArray((3, 7, 5), "bfloat16", ptr=B_PTR))
+
+
+def test_matmul_rejects_bad_bias(no_launch: None) -> None:
+    a, b = _ab(m=4, n=5)
+    with pytest.raises(ValueError, match=r"matmul: bias.shape must be \(5,\), got \(4,\)"):
+        ak.matmul(a, b, bias=FakeCudaArray((4,), "bfloat16", ptr=BIAS_PTR))
+    with pytest.raises(TypeError, match=r"matmul: bias.dtype must be one of float32, got bfloat16"):
+        ak.matmul(a, b, "float32", bias=FakeCudaArray((5,), "bfloat16", ptr=BIAS_PTR))
+
+
+def test_matmul_rejects_self_overlapping_batched_out(no_launch: None) -> None:
+    a = FakeCudaArray((3, 4, 8), "bfloat16", ptr=A_PTR)
+    b = FakeCudaArray((8, 5), "bfloat16", ptr=B_PTR)
+    out = FakeCudaArray((3, 4, 5), "bfloat16", (10, 5, 1), ptr=D_PTR)
+    with pytest.raises(ValueError, match=r"matmul: out must not overlap itself, got strides"):
+        ak.matmul(a, b, out=out)
 
 
 @pytest.mark.parametrize("arg", ["a", "b"])
@@ -708,6 +773,134 @@ def test_extents_past_2_31_leave_tma(fake_gpu: FakeGpu, m: int, n: int, k: int) 
     ak.matmul(*_bf16(m, n, k))
     assert fake_gpu.last.symbol.startswith("ak_matmul_bf16_mma_")
     assert not fake_gpu.last.tmaps
+
+
+def _batched(shape: tuple[int, ...], dtype: str = "bfloat16", ptr: int = A_PTR, **kw: Any) -> Any:
+    return FakeCudaArray(shape, dtype, ptr=ptr, **kw)
+
+
+def test_batched_contiguous_one_wgmma_launch(fake_gpu: FakeGpu) -> None:
+    """[B, M, K] @ [B, K, N]: one persistent launch over every tile of every matrix; each
+    operand's matrices fold into its TMA map's outer dimension."""
+    bsz, m, n, k = 3, 300, 200, 128
+    y = ak.matmul(_batched((bsz, m, k)), _batched((bsz, k, n), ptr=B_PTR))
+    assert y.shape == (bsz, m, n)
+    (launch,) = fake_gpu.launches
+    f = launch.fields
+    assert (f["batch"], f["a_bs"], f["b_bs"], f["d_bs"]) == (bsz, m * k, k * n, m * n)
+    assert (f["m"], f["n"], f["k"], f["lda"], f["ldb"], f["ldd"]) == (m, n, k, k, n, n)
+    assert launch.symbol == "ak_matmul_bf16_wg_64x128_kn"
+    a_map, b_map = launch.tmaps
+    assert a_map[3:5] == (k, 2 * m + m)  # K-major a: rows of the next matrices
+    assert b_map[3:5] == (n, 2 * k + k)  # N-major b: K rows (K % 64 == 0: no partial stage)
+    tiles = bsz * 5 * 2  # 64 x 128 tiles
+    assert launch.grid == (tiles, 1, 1)
+
+
+def test_batched_broadcast_b_folds_into_m(fake_gpu: FakeGpu) -> None:
+    """[B, M, K] @ [K, N] with a's matrices back to back is one GEMM of B * M rows."""
+    y = ak.matmul(_batched((4, 3, 50, 64)), _m((64, 96), ptr=B_PTR))
+    assert y.shape == (4, 3, 50, 96)
+    f = fake_gpu.last.fields
+    assert (f["m"], f["batch"], f["a_bs"], f["b_bs"], f["d_bs"]) == (600, 1, 0, 0, 0)
+
+
+def test_batched_broadcast_a_and_stride_zero(fake_gpu: FakeGpu) -> None:
+    a = _m((40, 64), ptr=A_PTR)
+    b = _batched((5, 64, 96), ptr=B_PTR)
+    ak.matmul(a, b)
+    f = fake_gpu.last.fields
+    assert (f["batch"], f["a_bs"], f["b_bs"], f["d_bs"]) == (5, 0, 64 * 96, 40 * 96)
+    expanded = _batched((5, 40, 64), strides=(0, 64, 1))  # torch's expand(): stride 0
+    ak.matmul(expanded, b)
+    assert fake_gpu.last.fields["a_bs"] == 0
+
+
+def test_batched_uncollapsible_dims_are_refused(fake_gpu: FakeGpu) -> None:
+    """a [2, 1, M, K] x b [1, 3, K, N]: no single stride walks both dims (one launch binds one
+    pointer per operand): NotImplementedError before any launch."""
+    m, n, k = 16, 32, 64
+    with pytest.raises(
+        NotImplementedError,
+        match=r"matmul: the batch dims of a \(2, 1, 16, 64\), b \(1, 3, 64, 32\) and out "
+        r"\(2, 3, 16, 32\) must collapse into one stride each",
+    ):
+        ak.matmul(_batched((2, 1, m, k)), _batched((1, 3, k, n), ptr=B_PTR))
+    assert not fake_gpu.launches
+
+
+def test_batched_mma_sync_grid_z(fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV, "mma_sync")
+    m, n, k = 4, 8, 16
+    ak.matmul(_batched((65535, m, k)), _batched((65535, k, n), ptr=B_PTR))
+    assert fake_gpu.last.grid == (1, 1, 65535) and fake_gpu.last.fields["batch"] == 65535
+    with pytest.raises(
+        NotImplementedError, match=r"matmul: a batch of at most 65535 matrices runs on the mma"
+    ):
+        ak.matmul(_batched((65536, m, k)), _batched((65536, k, n), ptr=B_PTR))
+    monkeypatch.delenv(ENV)  # wgmma walks any batch from its persistent grid
+    ak.matmul(_batched((70000, 8, 64)), _batched((70000, 64, 8), ptr=B_PTR))
+    assert fake_gpu.last.symbol.startswith("ak_matmul_bf16_wg_")
+
+
+def test_batched_mn_major_partial_k_stage_takes_mma_sync(fake_gpu: FakeGpu) -> None:
+    """An N-major b whose K is not a multiple of the 64-element stage cannot fold (its last
+    stage would read the next matrix's rows); K-major operands always can."""
+    ak.matmul(_batched((2, 256, 200)), _batched((2, 200, 256), ptr=B_PTR))
+    assert fake_gpu.last.symbol.startswith("ak_matmul_bf16_mma_")
+    b_k = _batched((2, 200, 256), ptr=B_PTR, strides=(200 * 256, 1, 200))  # K-major b
+    ak.matmul(_batched((2, 256, 200)), b_k)
+    assert fake_gpu.last.symbol == "ak_matmul_bf16_wg_64x128_kk"
+
+
+def test_batched_refused_on_forced_tcgen05(
+    fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_gpu.use("sm_100a", 148)
+    monkeypatch.setenv(ENV, "tcgen05")
+    with pytest.raises(
+        NotImplementedError, match=r"matmul: AOTKERNELS_GEMM_PATH=tcgen05 takes one"
+    ):
+        ak.matmul(_batched((2, 128, 128)), _batched((2, 128, 128), ptr=B_PTR))
+    monkeypatch.delenv(ENV)
+    monkeypatch.setenv("AOTKERNELS_GEMM_TCGEN05", "1")
+    ak.matmul(_batched((2, 128, 128)), _batched((2, 128, 128), ptr=B_PTR))
+    assert fake_gpu.last.symbol.startswith("ak_matmul_bf16_mma_")  # batched skips tcgen05
+
+
+def test_matmul_bias_flag(fake_gpu: FakeGpu) -> None:
+    ak.matmul(*_bf16(64, 80, 64), bias=FakeCudaArray((80,), "bfloat16", ptr=BIAS_PTR))
+    f = fake_gpu.last.fields
+    assert f["flags"] & 4 and f["bias"] == BIAS_PTR
+
+
+@pytest.mark.parametrize(
+    ("target", "da", "db", "symbol"),
+    [
+        ("sm_90a", "float8_e4m3fn", "float8_e5m2", "ak_scaled_mm_fp8_e4m3xfp8_e5m2_wg_64x128_kk"),
+        ("sm_90a", "float8_e5m2", "float8_e4m3fn", "ak_scaled_mm_fp8_e5m2xfp8_e4m3_wg_64x128_kk"),
+        ("sm_89", "float8_e4m3fn", "float8_e5m2", "ak_scaled_mm_fp8_e4m3xfp8_e5m2_mma_64x64"),
+        ("sm_120a", "float8_e5m2", "float8_e4m3fn", "ak_scaled_mm_fp8_e5m2xfp8_e4m3_mma_64x64"),
+    ],
+)
+def test_mixed_fp8_entries(fake_gpu: FakeGpu, target: str, da: str, db: str, symbol: str) -> None:
+    fake_gpu.use(target)
+    a, _ = _ab(128, 128, 128, da, "kk")
+    _, b = _ab(128, 128, 128, db, "kk")
+    ak.scaled_mm(a, b, _f32((1,), SA_PTR), _f32((1,), SB_PTR), "bfloat16")
+    assert fake_gpu.last.symbol == symbol
+    a_map, b_map = fake_gpu.last.tmaps or [(0,) * 8, (0,) * 8]
+    assert target != "sm_90a" or (a_map[2], b_map[2]) == (0, 0)  # fp8 moves as bytes
+
+
+def test_mixed_fp8_needs_ada(fake_gpu: FakeGpu) -> None:
+    fake_gpu.use("sm_80")
+    a, _ = _ab(64, 64, 64, "float8_e4m3fn", "kk")
+    _, b = _ab(64, 64, 64, "float8_e5m2", "kk")
+    with pytest.raises(
+        NoKernelImageError, match=r"scaled_mm: no float8_e4m3fn x float8_e5m2 GEMM kernel"
+    ):
+        ak.scaled_mm(a, b, out_dtype="float32")
 
 
 # --- CPU: parse_dtype ---------------------------------------------------------------------------
@@ -1519,3 +1712,204 @@ def test_compute_sanitizer_clean(tool: str) -> None:
         env={k: v for k, v in os.environ.items() if k != ENV},
     )  # fmt: skip
     assert_clean(proc, "SANITIZE_GEMM_OK")
+
+
+# --- GPU: bias, batches, mixed fp8 ----------------------------------------------------------------
+
+
+def _batch_case(case: str, dtype: str, gen: Any) -> tuple[Any, Any]:
+    """(a, b) of small integers for a named batched layout (sizes multiples of 8: TMA-legal)."""
+
+    def ints(*shape: int) -> Any:
+        return _ints(shape, dtype, gen)
+
+    if case == "batch1":
+        return ints(1, 40, 128), ints(1, 128, 56)
+    if case == "contiguous":
+        return ints(7, 72, 128), ints(7, 128, 88)
+    if case == "b_broadcast":  # [B, M, K] @ [K, N]: one GEMM of B * M rows
+        return ints(5, 3, 24, 128), ints(128, 40)
+    if case == "a_broadcast":
+        return ints(24, 128), ints(5, 128, 40)
+    if case == "expanded":  # stride-0 batch dims, as torch's expand() makes them
+        return ints(1, 24, 128).expand(6, 24, 128), ints(6, 128, 40)
+    if case == "outer_product":  # [2, 1] x [1, 3] batches: no single stride (refused)
+        return ints(2, 1, 16, 128), ints(1, 3, 128, 32)
+    if case == "b_kmajor":  # b as [B, N, K].mT (nn.Linear weights per batch)
+        return ints(4, 32, 128), ints(4, 48, 128).mT
+    if case == "a_mmajor":
+        return ints(4, 128, 32).mT, ints(4, 128, 48)
+    if case == "sliced":  # matrices of a strided out of a larger buffer: batch stride != M * K
+        big = ints(3, 40, 136)
+        return big[:, 5:37, :128], ints(3, 128, 24)
+    if case == "batch1000":
+        return ints(1000, 16, 64), ints(1000, 64, 64)
+    assert case == "odd"  # mma.sync only: nothing 16-byte aligned
+    return ints(3, 7, 127), ints(3, 127, 5)
+
+
+BATCH_CASES = ["batch1", "contiguous", "b_broadcast", "a_broadcast", "expanded", "outer_product",
+               "b_kmajor", "a_mmajor", "sliced", "batch1000", "odd"]  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", BATCH_CASES)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("path", [None, *PATHS])
+def test_batched_matmul_exact(
+    monkeypatch: pytest.MonkeyPatch, path: str | None, dtype: str, case: str
+) -> None:
+    """Small integers: every path equals torch.matmul's fp64 result rounded once, bit for bit,
+    with torch.matmul's broadcast batch shape."""
+    import torch
+
+    if path is not None:
+        monkeypatch.setenv(ENV, path)
+    if path == "wgmma":
+        _need_sm90a()
+    a, b = _batch_case(case, dtype, _gen(len(case), 11))
+    if case == "outer_product":  # one launch binds one pointer per operand: refused, typed
+        with pytest.raises(NotImplementedError, match="must collapse into one stride each"):
+            ak.matmul(a, b)
+        return
+    ref = torch.matmul(a.double(), b.double())
+    try:
+        y = ak.matmul(a, b)
+    except NoKernelImageError:
+        # Forced wgmma declines what TMA cannot fold: only the odd case.
+        assert path == "wgmma" and case == "odd"
+        return
+    assert y.shape == ref.shape and y.dtype == _t(dtype)
+    assert torch.equal(y, ref.float().to(_t(dtype)))
+    out = _poisoned((y.numel(), 1), _t(dtype)).view(y.shape)
+    assert ak.matmul(a, b, out=out) is out and torch.equal(out, y)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 1000])
+def test_batched_matmul_random_vs_bmm(batch: int) -> None:
+    import torch
+
+    gen = _gen(batch, 12)
+    a = torch.randn(batch, 64, 128, device="cuda", generator=gen).to(torch.bfloat16)
+    b = torch.randn(batch, 128, 96, device="cuda", generator=gen).to(torch.bfloat16)
+    y = ak.matmul(a, b)
+    ref = torch.matmul(a.double(), b.double())
+    absref = torch.matmul(a.double().abs(), b.double().abs())
+    _assert_near(y, ref, absref, "bfloat16")
+    theirs = torch.bmm(a, b)
+    bound = 2 * (OUT_ULP["bfloat16"] * ref.abs() + ACC_BOUND["bfloat16"] * absref)
+    assert ((y.double() - theirs.double()).abs() <= bound).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("out", ["same", "float32"])
+@pytest.mark.parametrize("path", [None, *PATHS])
+@pytest.mark.parametrize("shape", [(7, 33, 65), (256, 200, 128), (2, 3, 40, 128)])
+def test_matmul_bias(
+    monkeypatch: pytest.MonkeyPatch, path: str | None, dtype: str, out: str,
+    shape: tuple[int, ...],
+) -> None:  # fmt: skip
+    """Small integers plus an integer bias: exact; random values against F.linear / addmm."""
+    import torch
+    import torch.nn.functional as F
+
+    if path is not None:
+        monkeypatch.setenv(ENV, path)
+    if path == "wgmma":
+        _need_sm90a()
+    *lead, m, n, k = shape
+    odt = _t(dtype) if out == "same" else torch.float32
+    gen = _gen(*shape, 13)
+    a, b = _ints((*lead, m, k), dtype, gen), _ints((k, n), dtype, gen)
+    bias = _ints((n,), "float16", gen, -8, 8).to(odt)
+    try:
+        y = ak.matmul(a, b, None if out == "same" else odt, bias=bias)
+    except NoKernelImageError:
+        assert path == "wgmma" and 65 in shape  # odd rows are not TMA-legal
+        return
+    ref = torch.matmul(a.double(), b.double()) + bias.double()
+    assert y.dtype == odt and torch.equal(y, ref.float().to(odt))
+    if not lead:
+        ra = torch.randn(m, k, device="cuda", generator=gen).to(_t(dtype))
+        w = torch.randn(n, k, device="cuda", generator=gen).to(_t(dtype))
+        rbias = torch.randn(n, device="cuda", generator=gen).to(_t(dtype))
+        mine = ak.matmul(ra, w.t(), bias=rbias)
+        ref = ra.double() @ w.double().t() + rbias.double()
+        absref = ra.double().abs() @ w.double().abs().t() + rbias.double().abs()
+        _assert_near(mine, ref, absref, dtype)
+        bound = 2 * (OUT_ULP[dtype] * ref.abs() + ACC_BOUND[dtype] * absref)
+        for theirs in (F.linear(ra, w, rbias), torch.addmm(rbias, ra, w.t())):
+            assert ((mine.double() - theirs.double()).abs() <= bound).all()
+
+
+MIXED = [("float8_e4m3fn", "float8_e5m2"), ("float8_e5m2", "float8_e4m3fn")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("da", "db"), MIXED)
+@pytest.mark.parametrize("path", [None, *PATHS])
+@pytest.mark.parametrize(
+    "shape", MIXED_SHAPES := [(7, 33, 65), (256, 512, 1024), (1, 16, 16)], ids=_ids(MIXED_SHAPES)
+)
+def test_mixed_fp8_exact_and_random(
+    monkeypatch: pytest.MonkeyPatch, path: str | None, da: str, db: str,
+    shape: tuple[int, int, int],
+) -> None:  # fmt: skip
+    """e4m3 x e5m2 (either way round): small integers with power-of-two scales exact against
+    fp64; random values within the fp8 bound; torch._scaled_mm where this torch takes it."""
+    import torch
+
+    if path is not None:
+        monkeypatch.setenv(ENV, path)
+    if path == "wgmma":
+        _need_sm90a()
+    m, n, k = shape
+    gen = _gen(m, n, k, 14)
+    av, bv = _ints((m, k), da, gen), _ints((n, k), db, gen).t()
+    sa, sb = _pow2((), gen), _pow2((), gen)
+    try:
+        y = ak.scaled_mm(av, bv, sa, sb, "bfloat16")
+    except NoKernelImageError:
+        assert path == "wgmma" and (65 in shape or m == 1)  # not TMA-legal (see _run_forced)
+        return
+    assert torch.equal(y, _rounded(_scaled_ref(av, bv, sa, sb), torch.bfloat16))
+    ra = torch.randn(m, k, device="cuda", generator=gen).to(_t(da))
+    rb = torch.randn(n, k, device="cuda", generator=gen).to(_t(db)).t()
+    rs_a, rs_b = sa * 0.37, sb * 1.3
+    mine = ak.scaled_mm(ra, rb, rs_a, rs_b, "float32")
+    ref = _scaled_ref(ra, rb, rs_a, rs_b)
+    absref = _scaled_ref(ra.float().abs(), rb.float().abs(), rs_a, rs_b).abs()
+    _assert_near(mine, ref, absref, "float8_e4m3fn")
+    if path is None and m % 16 == 0 and n % 16 == 0 and k % 16 == 0:
+        theirs = _torch_scaled_mm(ra, rb, rs_a, rs_b, torch.float32)
+        err = (mine.double() - theirs.double()).abs()
+        assert (err <= 2 * (OUT_ULP["float32"] * ref.abs() + ACC_BOUND[da] * absref)).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", PATHS)
+def test_batch_strides_past_2_pow_31(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """a's and out's second matrices 2**31 elements on: 64-bit batch offsets on both paths."""
+    import torch
+
+    if path == "wgmma":
+        _need_sm90a()
+    need = 2 * (2**31 + 2**20) * 2
+    free, _ = torch.cuda.mem_get_info()
+    if free < need + 2**30:
+        pytest.skip(f"needs {need / 2**30:.1f} GiB of free GPU memory, {free / 2**30:.1f} free")
+    monkeypatch.setenv(ENV, path)
+    m, n, k = 64, 128, 128
+    gen = _gen(m, n, k, 15)
+    abuf = torch.zeros(2**31 + m * k, dtype=torch.bfloat16, device="cuda")
+    a = torch.as_strided(abuf, (2, m, k), (2**31, k, 1))
+    a.copy_(_ints((2, m, k), "bfloat16", gen))
+    b = _ints((2, k, n), "bfloat16", gen)
+    obuf = torch.full((2**31 + m * n,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out = torch.as_strided(obuf, (2, m, n), (2**31, n, 1))
+    ak.matmul(a, b, out=out)
+    ref = torch.matmul(a.double(), b.double()).float().to(torch.bfloat16)
+    assert torch.equal(out, ref)
+    assert bool(obuf[m * n : 2**31].isnan().all())  # nothing written between the matrices

@@ -9,12 +9,14 @@ real handler against jnp references.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import re
 import struct
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -80,7 +82,7 @@ def _act_desc(rows: int, cols: int, slots: tuple[int, int] = (1, 0), **kw: Any) 
     from aotkernels import _jax
 
     fields = {
-        "kernels": (0x1000,),
+        "kernel": "activation/ak_silu_f32",
         "params": ACT.pack(0, 0, rows, cols, cols, cols),
         "ptr_offsets": (0, 8),
         "slots": slots,
@@ -114,9 +116,13 @@ def test_doctor_says_whether_the_build_has_the_xla_extension(
     rep = json.loads(capsys.readouterr().out)["jax"]
     assert rep["xla_extension"] is (_xla_missing() is None)
     assert rep["jaxlib"] == metadata.version("jaxlib")
+    header = Path(jax.ffi.include_dir()) / "xla" / "ffi" / "api" / "c_api.h"
+    api = re.findall(r"#define XLA_FFI_API_(?:MAJOR|MINOR) (\d+)", header.read_text())
+    assert rep["jaxlib_ffi_api"] == ".".join(api)
     if rep["xla_extension"]:
         from aotkernels import _xla
 
+        assert rep["problem"] is None  # the jaxlib it was built with (or a newer one) is here
         assert rep["built_against_jaxlib"] == _xla.JAXLIB_VERSION
         assert re.fullmatch(r"\d+\.\d+(\.\d+)?", rep["built_against_jaxlib"])
         assert re.fullmatch(r"0\.\d+", rep["ffi_api"])
@@ -125,6 +131,21 @@ def test_doctor_says_whether_the_build_has_the_xla_extension(
         assert f"jax.jit: XLA extension built against jaxlib {_xla.JAXLIB_VERSION}'s" in text
     else:
         assert rep["built_against_jaxlib"] is None
+
+
+def test_ffi_api_compatibility_rule() -> None:
+    """XLA runs handlers of its own FFI API major version and its own or an older minor one
+    (measured: a handler built against jaxlib 0.10.2's 0.3 runs under 0.11.2's 0.4; one built
+    against 0.4 is refused by 0.3)."""
+    from aotkernels._jax import check_ffi_api
+
+    assert check_ffi_api((0, 3), (0, 4)) is None
+    assert check_ffi_api((0, 4), (0, 4)) is None
+    assert check_ffi_api((0, 4), None) is None  # no jaxlib headers to judge by: XLA will say
+    assert "XLA FFI API 0.4, newer than the installed jaxlib's 0.3" in str(
+        check_ffi_api((0, 4), (0, 3))
+    )
+    assert check_ffi_api((1, 0), (0, 9)) is not None
 
 
 @needs_xla
@@ -239,7 +260,7 @@ def no_gpu_needed(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(loader, "family_on", lambda name, d: _FamilyLayout(name))
     monkeypatch.setattr(device, "device_info", lambda d: _Device())
-    monkeypatch.setattr(_jax, "kernel_table", lambda family, symbol: (0x1000,))
+    monkeypatch.setattr(_jax, "kernel_name", lambda family, symbol: f"{family}/{symbol}")
 
 
 def _lowered(op: Any, arrays: list[Any], **attrs: Any) -> tuple[Any, list[bytes]]:
@@ -286,6 +307,21 @@ def test_lowering_gives_mutated_inputs_fresh_buffers(no_gpu_needed: None) -> Non
 
 
 @needs_xla
+def test_lowering_threads_a_workspace_between_launches(no_gpu_needed: None) -> None:
+    """rms_norm_backward: the first launch writes per-block partial sums into a hidden workspace,
+    the second reduces them into dweight; the workspace is one buffer across both calls."""
+    from aotkernels.ops.norm import RMS_NORM_BACKWARD
+
+    g, x, w = jnp.ones((4, 64)), jnp.full((4, 64), 2.0), jnp.ones((64,))
+    (dx, dw), blocks = _lowered(RMS_NORM_BACKWARD, [g, x, w])
+    first, second = (_FamilyLayout("norm").fields(b) for b in blocks)
+    assert first["ws"] == second["ws"] != 0
+    assert first["out"] == dx.unsafe_buffer_pointer() and first["dy"] == g.unsafe_buffer_pointer()
+    assert second["dweight"] == dw.unsafe_buffer_pointer()
+    assert dx.shape == x.shape and dw.shape == w.shape
+
+
+@needs_xla
 def test_lowering_of_absent_optionals_and_empty_arrays(no_gpu_needed: None) -> None:
     from aotkernels.ops.norm import LAYER_NORM, RMS_NORM
 
@@ -316,6 +352,21 @@ def test_cpu_arrays_are_refused_by_name() -> None:
         jax.jit(ak.silu)(x)
 
 
+def test_builds_without_the_xla_extension_refuse_traced_arrays_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Traced arrays cannot take the DLPack path: the error names the missing extension (not a
+    tracer's missing __dlpack_device__)."""
+    import aotkernels as ak
+    from aotkernels import _jax
+
+    monkeypatch.setitem(sys.modules, "aotkernels._xla", None)  # its import now fails
+    monkeypatch.delattr(ak, "_xla", raising=False)
+    assert not _jax.available()
+    with pytest.raises(NotImplementedError, match=r"no XLA extension \(aotkernels\._xla\)"):
+        jax.jit(ak.silu)(jnp.ones((4, 8)))
+
+
 # --- the real handler on a GPU ----------------------------------------------------------------
 
 
@@ -328,13 +379,9 @@ def _silu_launch(x: Any) -> Any:
     dev = x.devices().pop().local_hardware_id if hasattr(x, "devices") else 0
     dt = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[str(x.dtype)]
     fam = loader.family_on("activation", dev)
-    kernels = tuple(
-        loader.family_on("activation", d).kernels[f"ak_silu_{dt}"]
-        for d in range(device.device_count())
-    )
     cfg = elementwise_config(1, n, x.dtype.itemsize, device.device_info(dev).sm_count, 4)
     return _jax.LaunchDescription(
-        kernels=kernels,
+        kernel=_jax.kernel_name("activation", f"ak_silu_{dt}"),
         params=fam.params.pack(0, 0, 1, n, n, n),
         ptr_offsets=tuple(fam.ptr_offsets),
         slots=(1, 0),
@@ -546,3 +593,146 @@ def test_bad_inputs_raise_typed_errors_under_jit() -> None:
         jax.jit(ak.silu)(jnp.ones((4, 8), jnp.int32))
     with pytest.raises(ValueError, match="rms_norm: weight"):
         jax.jit(ak.rms_norm)(jnp.ones((4, 8)), jnp.ones((7,)))
+
+
+# --- backward ops and attention under jax.jit ----------------------------------------------------
+
+FORWARD_REFS = {
+    "relu": lambda t: jnp.maximum(t, 0),
+    "gelu": _gelu(False),
+    "silu": jax.nn.silu,
+    "sigmoid": jax.nn.sigmoid,
+}
+
+
+def _vjp(fn: Any, *primals: Any) -> Any:
+    """The f32 gradients of ``fn`` at ``primals`` (rounded inputs, f32 math) as a function of the
+    output's gradient."""
+    _, pullback = jax.vjp(fn, *(_f32(p) for p in primals))
+    return lambda g: pullback(_f32(g))
+
+
+@needs_jax_gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("name", list(FORWARD_REFS))
+def test_jit_elementwise_backward(name: str, dtype: str) -> None:
+    import aotkernels as ak
+
+    x, g = _normal((37, 258), dtype), _normal((37, 258), dtype, 1)
+    ours = getattr(ak, f"{name}_backward")
+    (ref,) = _vjp(FORWARD_REFS[name], x)(g)
+    if name == "relu":  # the derivative's step at 0 is a convention; N(0, 1) never hits it
+        assert not np.any(np.asarray(x) == 0)
+    _close(jax.jit(ours)(g, x), ref)
+
+
+@needs_jax_gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_jit_gated_and_softmax_backward(dtype: str) -> None:
+    import aotkernels as ak
+
+    x, g = _normal((37, 258), dtype), _normal((37, 129), dtype, 1)
+    (ref,) = _vjp(lambda t: _gated_ref(jax.nn.silu, t), x)(g)
+    _close(jax.jit(ak.silu_and_mul_backward)(g, x), ref)
+    (ref,) = _vjp(lambda t: _gated_ref(_gelu(True), t), x)(g)
+    _close(jax.jit(lambda g, x: ak.gelu_and_mul_backward(g, x, "tanh"))(g, x), ref)
+    y = jax.nn.softmax(_f32(_normal((37, 258), dtype, 2)), axis=-1).astype(dtype)
+    gy = _normal((37, 258), dtype, 3)
+    ref = _f32(y) * (_f32(gy) - jnp.sum(_f32(gy) * _f32(y), -1, keepdims=True))
+    _close(jax.jit(ak.softmax_backward)(gy, y), ref)
+
+
+@needs_jax_gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_jit_norm_backward(dtype: str) -> None:
+    """Two launches each (per-block partial weight gradients in a workspace, then their sum):
+    the workspace passes from one custom call to the next inside the program."""
+    import aotkernels as ak
+
+    x, g = _normal((37, 1000), dtype), _normal((37, 1000), dtype, 1)
+    w, b = _normal((1000,), dtype, 2), _normal((1000,), dtype, 3)
+    dx, dw = jax.jit(ak.rms_norm_backward)(g, x, w)
+    ref_dx, ref_dw = _vjp(_rms_ref, x, w)(g)
+    _close(dx, ref_dx)
+    _close(dw, ref_dw)
+    dx, dw, db = jax.jit(ak.layer_norm_backward)(g, x, w, b)
+    ref_dx, ref_dw, ref_db = _vjp(_ln_ref, x, w, b)(g)
+    for got, ref in ((dx, ref_dx), (dw, ref_dw), (db, ref_db)):
+        _close(got, ref)
+
+
+def _attention_ref(q: Any, k: Any, v: Any, causal: bool) -> Any:
+    """f32 softmax(q k^T / sqrt(D)) v per head, [B, S, H, D], keys shared by H / Hkv heads."""
+    rep = q.shape[2] // k.shape[2]
+    qf, kf, vf = _f32(q), jnp.repeat(_f32(k), rep, axis=2), jnp.repeat(_f32(v), rep, axis=2)
+    s = jnp.einsum("bqhd,bkhd->bhqk", qf, kf) / np.sqrt(q.shape[-1])
+    if causal:
+        sq, sk = q.shape[1], k.shape[1]
+        keep = np.arange(sk)[None, :] <= np.arange(sq)[:, None] + (sk - sq)
+        s = jnp.where(keep, s, -jnp.inf)
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), vf)
+
+
+# As FlashAttention: probabilities rounded to the operand dtype before the P @ V product add a
+# rounding per term; outputs of N(0, 1) inputs are O(1) averages.
+ATTENTION_TOL = {"float16": (2e-3, 3e-3), "bfloat16": (1e-2, 2e-2)}
+
+
+@needs_jax_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_jit_attention(dtype: str, causal: bool) -> None:
+    import aotkernels as ak
+
+    q = _normal((2, 77, 8, 64), dtype)
+    k, v = _normal((2, 77, 2, 64), dtype, 1), _normal((2, 77, 2, 64), dtype, 2)
+    got = jax.jit(lambda q, k, v: ak.attention(q, k, v, causal))(q, k, v)
+    rtol, atol = ATTENTION_TOL[dtype]
+    np.testing.assert_allclose(
+        np.asarray(_f32(got)), np.asarray(_attention_ref(q, k, v, causal)), rtol=rtol, atol=atol
+    )
+
+
+def _assert_attention_close(got: Any, ref: Any, dtype: str) -> None:
+    rtol, atol = ATTENTION_TOL[dtype]
+    np.testing.assert_allclose(np.asarray(_f32(got)), np.asarray(ref), rtol=rtol, atol=atol)
+
+
+@needs_jax_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_jit_attention_varlen(dtype: str) -> None:
+    import aotkernels as ak
+
+    bounds = [0, 5, 5, 45]  # an empty sequence between a short and a long one
+    q = _normal((45, 8, 64), dtype)
+    k, v = _normal((45, 2, 64), dtype, 1), _normal((45, 2, 64), dtype, 2)
+    cu = jnp.asarray(bounds, jnp.int32)
+    got = jax.jit(lambda q, k, v, cu: ak.attention_varlen(q, k, v, cu, cu, 40, 40, True))(
+        q, k, v, cu
+    )
+    ref = jnp.concatenate(
+        [
+            _attention_ref(q[None, s:e], k[None, s:e], v[None, s:e], True)[0]
+            for s, e in itertools.pairwise(bounds)
+            if e > s
+        ]
+    )
+    _assert_attention_close(got, ref, dtype)
+
+
+@needs_jax_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_jit_attention_decode(dtype: str) -> None:
+    import aotkernels as ak
+
+    lens = [10, 64, 33]
+    q = _normal((3, 1, 8, 64), dtype)
+    k, v = _normal((3, 64, 2, 64), dtype, 1), _normal((3, 64, 2, 64), dtype, 2)
+    got = jax.jit(ak.attention_decode)(q, k, v, jnp.asarray(lens, jnp.int32))
+    ref = jnp.concatenate(
+        [
+            _attention_ref(q[b : b + 1], k[b : b + 1, :n], v[b : b + 1, :n], False)
+            for b, n in enumerate(lens)
+        ]
+    )
+    _assert_attention_close(got, ref, dtype)

@@ -548,3 +548,129 @@ def test_cached_plans_follow_pointers_alignment_and_overlap() -> None:
     same = torch.randn(32, 1024, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="must not overlap"):
         fused_add_rms_norm(same, same, w)
+
+
+# --- Gemma norms and QK-norm on [tokens, heads, head_dim] views ------------------------------
+
+
+def test_two_level_layouts_checked() -> None:
+    """rms_norm takes rows with two independent strides (q/k heads of a fused QKV buffer);
+    three levels, a self-overlapping out= and the ops that keep one row stride refuse."""
+    w = _w(8)
+    q = _x((5, 3, 8), strides=(72, 8, 1))  # qkv[:, :24].view(5, 3, 8) of a [5, 72] buffer
+    with pytest.raises(ValueError, match=r"rms_norm: x's leading dimensions must collapse into "
+                       r"at most two row strides"):  # fmt: skip
+        rms_norm(_x((2, 3, 4, 8), strides=(1000, 100, 10, 1)), w)
+    with pytest.raises(ValueError, match=r"rms_norm: out must not overlap itself"):
+        rms_norm(q, w, out=_x((5, 3, 8), strides=(16, 8, 1), ptr=0x900000))
+    with pytest.raises(ValueError, match=r"rms_norm: out's rows must split like x's"):
+        # x: [2][3 x 4] rows (strides 200, 8); out: [2 x 3][4] rows (strides 40, 8)
+        x4 = _x((2, 3, 4, 8), strides=(200, 32, 8, 1))
+        rms_norm(x4, w, out=_x((2, 3, 4, 8), strides=(120, 40, 8, 1), ptr=0x900000))
+    with pytest.raises(ValueError, match=r"rms_norm: out must not partially overlap x"):
+        rms_norm(q, w, out=_x((5, 3, 8), strides=(72, 8, 1), ptr=q.ptr + 4))
+    with pytest.raises(ValueError, match=r"layer_norm: x's leading dimensions must collapse"):
+        layer_norm(q, w)
+    with pytest.raises(ValueError, match=r"fused_add_rms_norm: x's leading dimensions must"):
+        fused_add_rms_norm(q, _x((5, 3, 8), ptr=0x4000000), w)
+    with pytest.raises(TypeError, match=r"rms_norm: gemma must be a bool, got int"):
+        rms_norm(_x(), w, gemma=1)
+    with pytest.raises(TypeError, match=r"fused_add_rms_norm: gemma must be a bool, got str"):
+        fused_add_rms_norm(_x(), _x(ptr=0x4000000), w, gemma="yes")
+    if gpu_missing() is not None:  # positive controls: in place and out-of-place head views
+        for out in (None, q, _x((5, 3, 8), ptr=0x900000)):
+            with pytest.raises(ak.AotKernelsError):
+                rms_norm(q, w, out=out)
+
+
+def rms_norm_gemma_ref(x: Any, w: Any, eps: float = 1e-6) -> Any:
+    """Gemma's RMSNorm: the f32 normalized x times (1 + w)."""
+    xd = x.double()
+    return xd * (xd.square().mean(-1, keepdim=True) + eps).rsqrt() * (1.0 + w.double())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (19, 111), (7, 2304), (33, 3584), (3, 100_003)])
+def test_gemma_rms_norm(dtype: str, shape: tuple[int, int]) -> None:
+    import torch
+
+    x = _randn(shape, dtype)
+    w = _randn(shape[1], dtype, 0.5)  # Gemma's weights sit around 0
+    _check(rms_norm(x, w, gemma=True), rms_norm_gemma_ref(x, w))
+    r = _randn(shape, dtype)
+    s = (x.float() + r.float()).to(x.dtype)
+    xo, ro = fused_add_rms_norm(x, r, w, gemma=True)
+    assert xo is x and ro is r and torch.equal(r, s)
+    _check(x, rms_norm_gemma_ref(s, w))
+    # gemma=False is the plain weight, also with -0.0 weights (the sign of 0 * w survives)
+    w0 = torch.zeros_like(w).neg()
+    bits = torch.int32 if dtype == "float32" else torch.int16
+    y = rms_norm(x, w0).view(bits)
+    assert torch.equal(y, (x.float() * w0.float()).to(x.dtype).view(bits))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", [64, 128, 256, 80, 72])
+@pytest.mark.parametrize(("tokens", "heads", "kv_heads"), [(1, 8, 1), (7, 32, 8), (257, 16, 4)])
+@pytest.mark.parametrize("pad", [0, 1])
+def test_qk_norm_on_fused_qkv_views(
+    dtype: str, head_dim: int, tokens: int, heads: int, kv_heads: int, pad: int
+) -> None:
+    """Qwen3 / Gemma3 q_norm and k_norm: rms_norm over head_dim of q and k sliced from a
+    NaN-poisoned fused QKV buffer (token stride (H + 2 Hk) D + pad, head stride D), out of
+    place and in place; v and the padding stay untouched."""
+    import torch
+
+    q_size, kv_size = heads * head_dim, kv_heads * head_dim
+    width = q_size + 2 * kv_size + pad
+    qkv = _randn((tokens, width), dtype)
+    if pad:
+        qkv[:, -pad:] = float("nan")
+    q = qkv[:, :q_size].view(tokens, heads, head_dim) if not pad else torch.as_strided(
+        qkv, (tokens, heads, head_dim), (width, head_dim, 1))  # fmt: skip
+    k = torch.as_strided(qkv, (tokens, kv_heads, head_dim), (width, head_dim, 1), q_size)
+    wq, wk = _weight(head_dim, dtype), _weight(head_dim, dtype)
+    ref_q, ref_k = rms_norm_ref(q, wq), rms_norm_ref(k, wk)
+    y = rms_norm(q, wq)
+    assert y.shape == q.shape and y.is_contiguous()
+    _check(y, ref_q)
+    before = qkv.clone()
+    assert rms_norm(k, wk, out=k) is k
+    assert rms_norm(q, wq, gemma=True, out=q) is q
+    _check(k, ref_k)
+    _check(q, rms_norm_gemma_ref(before[:, :q_size].view(tokens, heads, head_dim), wq))
+    rest = slice(q_size + kv_size, width)
+    assert torch.equal(qkv[:, rest].view(torch.uint8), before[:, rest].view(torch.uint8))
+    # heads-major storage viewed token-major: the head stride is the larger one
+    hm = _randn((heads, tokens, head_dim), dtype).transpose(0, 1)
+    _check(rms_norm(hm, wq), rms_norm_ref(hm, wq))
+    out = torch.full((heads, tokens, head_dim), float("nan"), device="cuda",
+                     dtype=hm.dtype).transpose(0, 1)  # fmt: skip
+    rms_norm(hm, wq, out=out)
+    _check(out, rms_norm_ref(hm, wq))
+
+
+def test_qk_norm_launch_rule() -> None:
+    """rms_norm on q of a fused QKV buffer: one launch over T * H rows whose offsets are
+    (r // H) * token stride + (r % H) * D (kernels/common/ak/reduce.cuh, Row::off), written to a
+    contiguous [T, H, D] out; Gemma sets flags bit 2."""
+    from aotkernels.ops._op import REGISTRY, Args, Meta
+
+    class _Args(Args):
+        sm_count = 132
+
+    t_, h, d, width = 5, 3, 128, 128 * 7
+    x = Meta((t_, h, d), (width, d, 1), "bf16", 16)
+    out = Meta((t_, h, d), (h * d, d, 1), "bf16", 16)
+    w = Meta((d,), (1,), "bf16", 16)
+    op = REGISTRY["rms_norm"]
+    a = _Args(op, {"x": x, "weight": w}, {"eps": 1e-6, "gemma": True}, -1, {"out": out})
+    op.shapes(a)
+    (ln,) = op.launch(a)
+    args = ln.args
+    assert (args["rows"], args["inner"], args["x_row_stride"], args["x_outer_stride"]) == (
+        t_ * h, h, d, width)  # fmt: skip
+    assert (args["out_row_stride"], args["out_outer_stride"]) == (d, h * d)
+    assert args["flags"] == 1 | 4

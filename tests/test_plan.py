@@ -90,6 +90,9 @@ def test_arch_filter_spellings(matrix: Matrix, archs: str) -> None:
     for fp in plan.families.values():
         if fp.family.variants:  # gemm: its own target list (test_gemm_* below)
             continue
+        if fp.family.requires:  # quant (fp8 conversions): sm_89 and later only
+            assert names(fp) == ["sm_90"]
+            continue
         assert names(fp) == ["sm_80", "sm_90"]
         assert fp.ptx == ()
         skipped = dict(fp.skipped)
@@ -107,10 +110,25 @@ def test_arch_filter_spellings(matrix: Matrix, archs: str) -> None:
 
 def test_arch_filter_single_dotted(matrix: Matrix) -> None:
     plan = make_plan(matrix, TK, archs="8.0")
-    assert list(plan.families) == list(matrix.families)
-    assert {n: names(fp) for n, fp in plan.families.items()} == {
-        n: ["sm_80"] for n in matrix.families
-    }
+    before_fp8 = [n for n, f in matrix.families.items() if not f.requires]
+    assert list(plan.families) == before_fp8  # quant needs sm_89's fp8 conversions
+    assert {n: names(fp) for n, fp in plan.families.items()} == {n: ["sm_80"] for n in before_fp8}
+
+
+def test_quant_family_targets(matrix: Matrix) -> None:
+    """fp8 outputs exist from sm_89 on: one generic cubin per cc there, PTX for later GPUs,
+    and the bf16/f16/f32 families' images are untouched by it."""
+    q = matrix.families["quant"]
+    assert q.targets == ("sm_89", "sm_90", "sm_100", "sm_120")
+    assert q.ptx == ("compute_89",)
+    plan = make_plan(matrix, TK)
+    assert names(plan.families["quant"]) == ["sm_89", "sm_90", "sm_100", "sm_120"]
+    assert [e.symbol for e in plan.families["quant"].entries()][:3] == [
+        "ak_fp8_rms_norm_f32",
+        "ak_fp8_rms_norm_f16",
+        "ak_fp8_rms_norm_bf16",
+    ]
+    assert names(plan.families["norm"]) == GENERIC
 
 
 def test_arch_filter_ptx_only(matrix: Matrix) -> None:

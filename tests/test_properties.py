@@ -264,7 +264,8 @@ def _out(
         case.errors.add(ValueError)
         return Arr(bad, dtype, contiguous(bad), store="out", fill="none")
     if mode == "self_overlap":
-        if len(shape) >= 2 and shape[-2] > 1 and shape[-1] > 0:
+        # An empty array reaches no element twice: only a non-empty one can overlap itself.
+        if len(shape) >= 2 and shape[-2] > 1 and math.prod(shape) > 0:
             st = list(contiguous(shape))
             st[-2] = rng.randint(0, shape[-1] - 1)
             for i in range(len(shape) - 3, -1, -1):

@@ -36,11 +36,29 @@ def test_every_op_is_registered() -> None:
     [
         ("relu", "relu(Tensor x) -> Tensor"),
         ("gelu", 'gelu(Tensor x, str approximate="none") -> Tensor'),
-        ("rms_norm", "rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor"),
+        (
+            "rms_norm",
+            "rms_norm(Tensor x, Tensor weight, float eps=1e-06, bool gemma=False) -> Tensor",
+        ),
         (
             "fused_add_rms_norm",
             "fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor weight, "
-            "float eps=1e-06) -> ()",
+            "float eps=1e-06, bool gemma=False) -> ()",
+        ),
+        (
+            "rms_norm_fp8",
+            "rms_norm_fp8(Tensor x, Tensor weight, Tensor scale, float eps=1e-06, "
+            "bool gemma=False, ScalarType? out_dtype=None) -> Tensor",
+        ),
+        (
+            "fused_add_rms_norm_fp8_dynamic",
+            "fused_add_rms_norm_fp8_dynamic(Tensor x, Tensor(a!) residual, Tensor weight, "
+            "float eps=1e-06, bool gemma=False, ScalarType? out_dtype=None) -> (Tensor, Tensor)",
+        ),
+        (
+            "quantize_fp8",
+            "quantize_fp8(Tensor x, ScalarType? out_dtype=None, bool per_token=False, "
+            "int group_size=0) -> (Tensor, Tensor)",
         ),
         (
             "layer_norm",
@@ -48,7 +66,15 @@ def test_every_op_is_registered() -> None:
             "-> Tensor",
         ),
         ("softmax", "softmax(Tensor x, int dim=-1) -> Tensor"),
-        ("matmul", "matmul(Tensor a, Tensor b, ScalarType? out_dtype=None) -> Tensor"),
+        (
+            "matmul",
+            "matmul(Tensor a, Tensor b, Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor",
+        ),
+        (
+            "rope",
+            "rope(Tensor(a!) q, Tensor(b!) k, Tensor positions, Tensor cos_sin_cache, "
+            "bool is_neox=True) -> ()",
+        ),
         (
             "scaled_mm",
             "scaled_mm(Tensor a, Tensor b, Tensor? scale_a=None, Tensor? scale_b=None, "
@@ -73,7 +99,8 @@ def _fake_cases() -> list[tuple[str, Any, tuple[tuple[int, ...], Any]]]:
         ("rms_norm", lambda: (t(6, 16), t(16), 1e-5), ((6, 16), bf)),
         ("layer_norm", lambda: (t(6, 16, dtype=f32), None, None), ((6, 16), f32)),
         ("softmax", lambda: (t(2, 3, 4),), ((2, 3, 4), bf)),
-        ("matmul", lambda: (t(5, 8), t(8, 3), f32), ((5, 3), f32)),
+        ("matmul", lambda: (t(5, 8), t(8, 3), None, f32), ((5, 3), f32)),
+        ("matmul", lambda: (t(4, 1, 5, 8), t(3, 8, 6), t(6)), ((4, 3, 5, 6), bf)),
         (
             "scaled_mm",
             lambda: (
@@ -157,6 +184,17 @@ def _opcheck_cases() -> list[tuple[str, Any]]:
         ),
         ("softmax", lambda dt: (_cuda(9, 100, dtype=dt), -1)),
         ("matmul", lambda dt: (_cuda(33, 64), _cuda(64, 40))),
+        ("matmul", lambda dt: (_cuda(3, 33, 64), _cuda(64, 40), _cuda(40))),
+        (
+            "rope",
+            lambda dt: (
+                _cuda(7, 4, 64, dtype=dt),
+                _cuda(7, 2, 64, dtype=dt),
+                torch.randint(0, 32, (7,), device="cuda"),
+                _cuda(32, 64, dtype=torch.float32),
+                True,
+            ),
+        ),
     ]
 
 
@@ -182,6 +220,84 @@ def test_opcheck_scaled_mm() -> None:
     # ("mul_cuda" not implemented for Float8_e4m3fn); the other checks take fp8 inputs.
     checks = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
     torch.library.opcheck(torch.ops.aotkernels.scaled_mm.default, args, test_utils=checks)
+
+
+def _one() -> Any:
+    return torch.full((1,), 0.05, device="cuda")
+
+
+def _cu_seqlens() -> Any:
+    return torch.tensor([0, 5, 5, 17], device="cuda", dtype=torch.int32)  # one empty sequence
+
+
+def _qkv(sq: int, sk: int) -> tuple[Any, Any, Any]:
+    return _cuda(2, sq, 4, 64), _cuda(2, sk, 2, 64), _cuda(2, sk, 2, 64)
+
+
+def _packed() -> tuple[Any, Any, Any]:
+    return _cuda(17, 4, 64), _cuda(17, 2, 64), _cuda(17, 2, 64)
+
+
+def _more_opcheck_cases() -> list[tuple[str, Any]]:
+    """The ops of the attention, quant and rope families (bf16 inputs; fp8 outputs e4m3)."""
+    e4m3 = torch.float8_e4m3fn
+    lens = [7, 33]
+    return [
+        ("attention", lambda: (*_qkv(33, 40), True)),
+        ("attention_lse", lambda: (*_qkv(17, 17), False, None, [8, 0])),
+        ("attention_varlen", lambda: (*_packed(), _cu_seqlens(), _cu_seqlens(), 12, 12, True)),
+        ("attention_varlen_lse", lambda: (*_packed(), _cu_seqlens(), _cu_seqlens(), 12, 12)),
+        (
+            "attention_decode",
+            lambda: (
+                _cuda(2, 1, 4, 64),
+                _cuda(2, 40, 2, 64),
+                _cuda(2, 40, 2, 64),
+                torch.tensor(lens, device="cuda", dtype=torch.int32),
+            ),
+        ),
+        ("rms_norm_fp8", lambda: (_cuda(9, 128), _cuda(128), _one(), 1e-6, False, e4m3)),
+        ("rms_norm_fp8_dynamic", lambda: (_cuda(9, 128), _cuda(128), 1e-6, True, e4m3)),
+        (
+            "fused_add_rms_norm_fp8",
+            lambda: (_cuda(9, 128), _cuda(9, 128), _cuda(128), _one(), 1e-6, False, e4m3),
+        ),
+        (
+            "fused_add_rms_norm_fp8_dynamic",
+            lambda: (_cuda(9, 128), _cuda(9, 128), _cuda(128), 1e-6, False, e4m3),
+        ),
+        ("layer_norm_fp8", lambda: (_cuda(9, 96), _one(), _cuda(96), _cuda(96), 1e-5, e4m3)),
+        ("layer_norm_fp8_dynamic", lambda: (_cuda(9, 96), _cuda(96), None, 1e-5, e4m3)),
+        ("silu_and_mul_fp8", lambda: (_cuda(7, 80), _one(), e4m3)),
+        ("silu_and_mul_fp8_dynamic", lambda: (_cuda(7, 80), e4m3)),
+        ("quantize_fp8", lambda: (_cuda(5, 300), e4m3, False, 128)),
+        ("quantize_fp8_static", lambda: (_cuda(5, 300), _one(), e4m3)),
+        (
+            "rope",
+            lambda: (
+                _cuda(11, 4, 64),
+                _cuda(11, 2, 64),
+                torch.randint(0, 50, (11,), device="cuda"),
+                _cuda(64, 64, dtype=torch.float32),
+                True,
+            ),
+        ),
+    ]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("name", "args"), _more_opcheck_cases(), ids=lambda v: str(v)[:24])
+def test_opcheck_more(name: str, args: Any) -> None:
+    torch.library.opcheck(getattr(torch.ops.aotkernels, name).default, args())
+
+
+def test_every_op_has_an_opcheck_case() -> None:
+    """A new op cannot skip opcheck: every declared op appears in one of the case lists."""
+    from test_backward import _opcheck_cases as backward_cases
+
+    covered = {n for n, _ in _opcheck_cases()} | {n for n, _ in _more_opcheck_cases()}
+    covered |= {n for n, _ in backward_cases()} | {"scaled_mm"}
+    assert covered == set(REGISTRY)
 
 
 class _Block(torch.nn.Module):

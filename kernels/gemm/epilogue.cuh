@@ -8,7 +8,30 @@
 
 #include <cstdint>
 
+// The element type of an entry whose operands differ (a mixed-operand dtype "<a>x<b>" of the
+// matrix, e.g. fp8 e4m3 x e5m2; the build plan instantiates such entries with it): a storage
+// type of the operands' size that names both.
+template <class A, class B>
+struct ak_mixed_t {
+  static_assert(sizeof(A) == sizeof(B), "mixed operands share one element size");
+  using a_type = A;
+  using b_type = B;
+  unsigned char storage[sizeof(A)];
+};
+
 namespace ak::gemm {
+
+// The element types of a and b for an entry's T (equal unless T is an ak_mixed_t).
+template <class T>
+struct Operands {
+  using A = T;
+  using B = T;
+};
+template <class A_, class B_>
+struct Operands<ak_mixed_t<A_, B_>> {
+  using A = A_;
+  using B = B_;
+};
 
 enum Flags : int { kAMMajor = 1, kBKMajor = 2, kBias = 4 };
 enum OutDtype : int { kOutF32 = 0, kOutF16 = 1, kOutBF16 = 2, kOutS32 = 3 };
@@ -49,12 +72,13 @@ __device__ __forceinline__ float bias_at(const ak_gemm_params& p, int64_t n) {
   }
 }
 
-// Writes d[m, n] and d[m, n + 1] (each only if inside [M, N]) from finished f32 values.
+// Writes d[m, n] and d[m, n + 1] (each only if inside [M, N]) from finished f32 values; d_off
+// (elements) selects the batch's matrix of d.
 __device__ __forceinline__ void store2(const ak_gemm_params& p, int64_t m, int64_t n, float v0,
-                                       float v1) {
+                                       float v1, int64_t d_off) {
   if (m >= p.m || n >= p.n) return;
   const bool both = n + 1 < p.n;
-  const int64_t off = m * p.ldd + n;
+  const int64_t off = d_off + m * p.ldd + n;
   switch (p.out_dtype) {
     case kOutF16: {
       __half* d = static_cast<__half*>(p.d) + off;
@@ -90,25 +114,25 @@ __device__ __forceinline__ void store2(const ak_gemm_params& p, int64_t m, int64
 
 // The whole epilogue of two adjacent f32 accumulators: scales, bias, conversion, store.
 __device__ __forceinline__ void epilogue2(const ak_gemm_params& p, int64_t m, int64_t n, float acc0,
-                                          float acc1) {
+                                          float acc1, int64_t d_off = 0) {
   if (m >= p.m || n >= p.n) return;
   const float sa = row_scale(p, m);
   const bool both = n + 1 < p.n;
   const float v0 = acc0 * sa * col_scale(p, n) + bias_at(p, n);
   const float v1 = both ? acc1 * sa * col_scale(p, n + 1) + bias_at(p, n + 1) : 0.0f;
-  store2(p, m, n, v0, v1);
+  store2(p, m, n, v0, v1, d_off);
 }
 
 // Two adjacent s32 accumulators (int8 operands): stored exactly for an s32 output, else scaled
 // and converted like f32 accumulators.
 __device__ __forceinline__ void epilogue2_s32(const ak_gemm_params& p, int64_t m, int64_t n,
-                                              int32_t acc0, int32_t acc1) {
+                                              int32_t acc0, int32_t acc1, int64_t d_off = 0) {
   if (p.out_dtype != kOutS32) {
-    epilogue2(p, m, n, static_cast<float>(acc0), static_cast<float>(acc1));
+    epilogue2(p, m, n, static_cast<float>(acc0), static_cast<float>(acc1), d_off);
     return;
   }
   if (m >= p.m || n >= p.n) return;
-  int32_t* d = static_cast<int32_t*>(p.d) + m * p.ldd + n;
+  int32_t* d = static_cast<int32_t*>(p.d) + d_off + m * p.ldd + n;
   const bool both = n + 1 < p.n;
   if (both && (reinterpret_cast<uintptr_t>(d) & 7) == 0) {
     *reinterpret_cast<int2*>(d) = make_int2(acc0, acc1);

@@ -33,8 +33,11 @@ constexpr int kStageK = 64;  // bytes of K per pipeline stage (the variants' k_b
 constexpr int kStepK = 32;   // bytes of K per mma step
 constexpr int kGroupM = 8;   // tile rows per group of the L2-friendly CTA order
 
+template <class E>
+constexpr bool kIsFp8Type = std::is_same_v<E, __nv_fp8_e4m3> || std::is_same_v<E, __nv_fp8_e5m2>;
+// T is an fp8 entry type: e4m3 or e5m2, or a mixed pair of them.
 template <class T>
-constexpr bool kIsFp8 = std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>;
+constexpr bool kIsFp8 = kIsFp8Type<typename Operands<T>::A> && kIsFp8Type<typename Operands<T>::B>;
 template <class T>
 constexpr bool kIsInt8 = std::is_same_v<T, int8_t>;
 template <class T>
@@ -132,17 +135,26 @@ __device__ __forceinline__ void mma_step(Acc<T> (&c)[4], const uint32_t (&a)[4],
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
     static_assert(sizeof(T) == 0, "fp8 mma.sync needs sm_89: the build must not instantiate it");
 #else
-    if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
-      asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, "
-          "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    // One instruction per (a, b) type pair: e4m3 / e5m2 each, mixed pairs included.
+    using A = typename Operands<T>::A;
+    using B = typename Operands<T>::B;
+#define AK_MMA_FP8(TYPES)                               \
+  asm("mma.sync.aligned.m16n8k32.row.col.f32." TYPES    \
+      ".f32 {%0, %1, %2, %3}, "                         \
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n" \
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])  \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+    constexpr bool kA4 = std::is_same_v<A, __nv_fp8_e4m3>, kB4 = std::is_same_v<B, __nv_fp8_e4m3>;
+    if constexpr (kA4 && kB4) {
+      AK_MMA_FP8("e4m3.e4m3");
+    } else if constexpr (kA4) {
+      AK_MMA_FP8("e4m3.e5m2");
+    } else if constexpr (kB4) {
+      AK_MMA_FP8("e5m2.e4m3");
     } else {
-      asm("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0, %1, %2, %3}, "
-          "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+      AK_MMA_FP8("e5m2.e5m2");
     }
+#undef AK_MMA_FP8
 #endif
   }
 }
@@ -562,6 +574,8 @@ __device__ __forceinline__ void gemm_tile(const ak_gemm_params& p, uint8_t* smem
   }
 
   const int64_t col_base = n0 + wn * L::kWN + (lane & 3) * 2;
+  // Computed here rather than carried through the main loop, which has no register to spare.
+  const int64_t d_off = blockIdx.z * p.d_bs;
 #pragma unroll
   for (int i = 0; i < L::kMT; ++i) {
 #pragma unroll
@@ -570,9 +584,9 @@ __device__ __forceinline__ void gemm_tile(const ak_gemm_params& p, uint8_t* smem
       for (int h = 0; h < 2; ++h) {
         const int64_t m = row_base + i * 16 + h * 8, n = col_base + j * 8;
         if constexpr (kIsInt8<T>) {
-          epilogue2_s32(p, m, n, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+          epilogue2_s32(p, m, n, acc[i][j][2 * h], acc[i][j][2 * h + 1], d_off);
         } else {
-          epilogue2(p, m, n, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+          epilogue2(p, m, n, acc[i][j][2 * h], acc[i][j][2 * h + 1], d_off);
         }
       }
     }
@@ -613,8 +627,10 @@ __device__ __forceinline__ void run(const ak_gemm_params& p) {
   constexpr int kE = sizeof(T);
   const bool a_mn = p.flags & kAMMajor, b_mn = !(p.flags & kBKMajor);
   const int64_t lda = p.lda * kE, ldb = p.ldb * kE;
-  const auto* pa = static_cast<const uint8_t*>(p.a);
-  const auto* pb = static_cast<const uint8_t*>(p.b);
+  // Batches: grid.z is the matrix (the host launches at most 65535 per call); broadcast
+  // operands have batch stride 0.
+  const auto* pa = static_cast<const uint8_t*>(p.a) + blockIdx.z * p.a_bs * kE;
+  const auto* pb = static_cast<const uint8_t*>(p.b) + blockIdx.z * p.b_bs * kE;
   const bool a_vec = ((reinterpret_cast<uintptr_t>(pa) | lda) & 15) == 0;
   const bool b_vec = ((reinterpret_cast<uintptr_t>(pb) | ldb) & 15) == 0;
   const Operand a{pa, lda, p.m, p.k, m0, a_mn, a_vec};

@@ -95,7 +95,9 @@ struct CuteType<int8_t> {
 // instruction descriptor. kind::f16 for f16/bf16, kind::f8f6f4 for fp8, kind::i8 (s32) for int8.
 template <class T, bool kAMn, bool kBMn>
 struct Mma {
-  using E = typename CuteType<T>::type;
+  // a's and b's element types (they differ for mixed fp8 entries, see ak_mixed_t).
+  using EA = typename CuteType<typename Operands<T>::A>::type;
+  using EB = typename CuteType<typename Operands<T>::B>::type;
   static constexpr bool kInt8 = std::is_same_v<T, int8_t>;
   static constexpr bool kFp8 = sizeof(T) == 1 && !kInt8;
   static_assert(sizeof(T) == 2 || (!kAMn && !kBMn), "8-bit operands are K-major only");
@@ -103,13 +105,13 @@ struct Mma {
   static constexpr cute::UMMA::Major kAMajor = kAMn ? cute::UMMA::Major::MN : cute::UMMA::Major::K;
   static constexpr cute::UMMA::Major kBMajor = kBMn ? cute::UMMA::Major::MN : cute::UMMA::Major::K;
   using Op = std::conditional_t<
-      sizeof(T) == 2, cute::SM100_MMA_F16BF16_SS<E, E, float, kUmmaM, kUmmaN, kAMajor, kBMajor>,
+      sizeof(T) == 2, cute::SM100_MMA_F16BF16_SS<EA, EB, float, kUmmaM, kUmmaN, kAMajor, kBMajor>,
       std::conditional_t<kInt8,
-                         cute::SM100_MMA_S8_SS<E, E, int32_t, kUmmaM, kUmmaN, kAMajor, kBMajor>,
+                         cute::SM100_MMA_S8_SS<EA, EB, int32_t, kUmmaM, kUmmaN, kAMajor, kBMajor>,
                          cute::SM100_MMA_F8F6F4_SS>>;
   // The 32-bit instruction descriptor in the upper half, as the CuTe wrappers take it.
   __host__ __device__ static uint64_t idesc() {
-    return cute::UMMA::make_runtime_instr_desc<E, E, Acc, kUmmaM, kUmmaN, kAMajor, kBMajor>();
+    return cute::UMMA::make_runtime_instr_desc<EA, EB, Acc, kUmmaM, kUmmaN, kAMajor, kBMajor>();
   }
 };
 

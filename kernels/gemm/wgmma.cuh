@@ -171,18 +171,28 @@ __device__ __forceinline__ void mma(AccT<T> (&d)[kN / 2], uint64_t a, uint64_t b
   } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", AK_WG_D128, AK_WG_ACC_N256,
               "+f", "128", "129", "130", ", 1, 1, %131, %132", , "n"(ta), "n"(tb));
-  } else if constexpr (std::is_same_v<T, __nv_fp8_e4m3> && kN == 128) {
-    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", AK_WG_D64, AK_WG_ACC_N128,
-              "+f", "64", "65", "66", ", 1, 1");
-  } else if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
-    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3", AK_WG_D128, AK_WG_ACC_N256,
-              "+f", "128", "129", "130", ", 1, 1");
-  } else if constexpr (std::is_same_v<T, __nv_fp8_e5m2> && kN == 128) {
-    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e5m2", AK_WG_D64, AK_WG_ACC_N128,
-              "+f", "64", "65", "66", ", 1, 1");
-  } else if constexpr (std::is_same_v<T, __nv_fp8_e5m2>) {
-    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n256k32.f32.e5m2.e5m2", AK_WG_D128, AK_WG_ACC_N256,
-              "+f", "128", "129", "130", ", 1, 1");
+  } else if constexpr (sizeof(T) == 1 && !std::is_same_v<T, int8_t>) {
+    // fp8: e4m3 / e5m2 for each operand (mixed entries name both, see ak_mixed_t).
+    constexpr bool kA4 = std::is_same_v<typename Operands<T>::A, __nv_fp8_e4m3>;
+    constexpr bool kB4 = std::is_same_v<typename Operands<T>::B, __nv_fp8_e4m3>;
+#define AK_WG_FP8(TYPES)                                                                        \
+  if constexpr (kN == 128) {                                                                    \
+    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n128k32.f32." TYPES, AK_WG_D64, AK_WG_ACC_N128,  \
+              "+f", "64", "65", "66", ", 1, 1");                                                \
+  } else {                                                                                      \
+    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n256k32.f32." TYPES, AK_WG_D128, AK_WG_ACC_N256, \
+              "+f", "128", "129", "130", ", 1, 1");                                             \
+  }
+    if constexpr (kA4 && kB4) {
+      AK_WG_FP8("e4m3.e4m3")
+    } else if constexpr (kA4) {
+      AK_WG_FP8("e4m3.e5m2")
+    } else if constexpr (kB4) {
+      AK_WG_FP8("e5m2.e4m3")
+    } else {
+      AK_WG_FP8("e5m2.e5m2")
+    }
+#undef AK_WG_FP8
   } else if constexpr (std::is_same_v<T, int8_t> && kN == 128) {
     AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8", AK_WG_D64, AK_WG_ACC_N128, "+r",
               "64", "65", "66", "");
@@ -206,7 +216,7 @@ __device__ __forceinline__ void mma(AccT<T> (&d)[kN / 2], uint64_t a, uint64_t b
 template <class T, class V>
 struct Kernel {
   static constexpr bool kInt8 = std::is_same_v<T, int8_t>;
-  static constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>;
+  static constexpr bool kFp8 = sizeof(T) == 1 && !kInt8;  // e4m3 / e5m2, mixed pairs included
   static constexpr int kBM = V::bm, kBN = V::bn, kStages = V::stages;
   static constexpr int kBK = V::k_bytes / sizeof(T);  // K per stage
   static constexpr int kKSteps = V::k_bytes / 32;     // wgmmas per stage (32 bytes of K each)
@@ -245,27 +255,37 @@ struct Kernel {
 
   struct Tile {
     int32_t m0, n0;
+    int64_t z;  // the batch's matrix
   };
 
-  // Grouped order: kGroupM tile rows are walked column by column, so concurrently running CTAs
-  // cover a compact block of the output.
+  // Matrix by matrix; inside one, grouped order: kGroupM tile rows are walked column by column,
+  // so concurrently running CTAs cover a compact block of the output.
   static __device__ __forceinline__ Tile tile_at(int64_t tile, int64_t tiles_m, int64_t tiles_n) {
+    const int64_t per_matrix = tiles_m * tiles_n;
+    const int64_t z = tile / per_matrix;
+    tile -= z * per_matrix;
     const int64_t group_tiles = kGroupM * tiles_n;
     const int64_t first_m = tile / group_tiles * kGroupM;
     const int64_t group_m = min(tiles_m - first_m, static_cast<int64_t>(kGroupM));
     const int64_t r = tile % group_tiles;
     return {static_cast<int32_t>((first_m + r % group_m) * kBM),
-            static_cast<int32_t>(r / group_m * kBN)};
+            static_cast<int32_t>(r / group_m * kBN), z};
   }
 
+  // Batches: the host folds each batched operand's matrices into its tensor map's outer
+  // dimension (rows of M / N when K-major, of K when M / N-major), matrix z starting z * a_bs /
+  // lda rows further on (0 rows when broadcast).
   static __device__ __forceinline__ void produce(const ak_gemm_params& p, uint32_t smem,
                                                  uint32_t full, uint32_t empty, int64_t num_tiles,
                                                  int64_t tiles_m, int64_t tiles_n,
                                                  int32_t k_tiles) {
+    const int64_t a_rows = p.a_bs ? p.a_bs / p.lda : 0, b_rows = p.b_bs ? p.b_bs / p.ldb : 0;
     int stage = 0;
     uint32_t phase = 0;
     for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
       const Tile t = tile_at(tile, tiles_m, tiles_n);
+      const int32_t a_off = static_cast<int32_t>(t.z * a_rows);
+      const int32_t b_off = static_cast<int32_t>(t.z * b_rows);
       for (int32_t kt = 0; kt < k_tiles; ++kt) {
         // Parity phase ^ 1 passes at once on a fresh barrier: the ring starts empty.
         bar_wait(empty + 8 * stage, phase ^ 1);
@@ -276,16 +296,16 @@ struct Kernel {
         if constexpr (V::a_mmajor) {
 #pragma unroll
           for (int i = 0; i < kBM / 64; ++i)
-            tma_load(a + i * kBoxBytes, &p.tmap_a, bar, t.m0 + 64 * i, k0);
+            tma_load(a + i * kBoxBytes, &p.tmap_a, bar, t.m0 + 64 * i, a_off + k0);
         } else {
-          tma_load(a, &p.tmap_a, bar, k0, t.m0);
+          tma_load(a, &p.tmap_a, bar, k0, a_off + t.m0);
         }
         if constexpr (V::b_kmajor) {
-          tma_load(b, &p.tmap_b, bar, k0, t.n0);
+          tma_load(b, &p.tmap_b, bar, k0, b_off + t.n0);
         } else {
 #pragma unroll
           for (int j = 0; j < kBN / 64; ++j)
-            tma_load(b + j * kBoxBytes, &p.tmap_b, bar, t.n0 + 64 * j, k0);
+            tma_load(b + j * kBoxBytes, &p.tmap_b, bar, t.n0 + 64 * j, b_off + k0);
         }
         if (++stage == kStages) {
           stage = 0;
@@ -327,6 +347,7 @@ struct Kernel {
     Acc* frag = buf + (warp * 16 + lane / 4) * kPitch + 2 * (lane % 4);
     const Acc* line = buf + (2 * warp + lane / 16) * kPitch + 2 * (lane % 16);
     const int64_t row = t.m0 + consumer * 64 + 2 * warp + lane / 16;
+    const int64_t d_off = t.z * p.d_bs;
 #pragma unroll 1
     for (int c = 0; c < kBN / kChunk; ++c) {
 #pragma unroll
@@ -340,7 +361,7 @@ struct Kernel {
         }
       }
       consumer_sync(consumer);
-      store_chunk(p, row, t.n0 + c * kChunk + 2 * (lane % 16), line);
+      store_chunk(p, row, t.n0 + c * kChunk + 2 * (lane % 16), line, d_off);
       consumer_sync(consumer);  // the next chunk overwrites the staging area
     }
   }
@@ -351,18 +372,18 @@ struct Kernel {
   // it), and its run-time dispatch both lengthens each element pair's dependency chain and, fully
   // inlined, outgrows the instruction cache.
   static __device__ __forceinline__ void store_chunk(const ak_gemm_params& p, int64_t row,
-                                                     int64_t col, const Acc* line) {
+                                                     int64_t col, const Acc* line, int64_t d_off) {
     const int mode = p.scale_mode_a == p.scale_mode_b ? p.scale_mode_a : -1;
     if (mode == kScaleNone) {
       switch (p.out_dtype) {
         case kOutBF16:
-          return store_rows<kOutBF16, kScaleNone>(p, row, col, line);
+          return store_rows<kOutBF16, kScaleNone>(p, row, col, line, d_off);
         case kOutF16:
-          return store_rows<kOutF16, kScaleNone>(p, row, col, line);
+          return store_rows<kOutF16, kScaleNone>(p, row, col, line, d_off);
         case kOutF32:
-          return store_rows<kOutF32, kScaleNone>(p, row, col, line);
+          return store_rows<kOutF32, kScaleNone>(p, row, col, line, d_off);
         case kOutS32:
-          return store_rows<kInt8 ? kOutS32 : -1, kScaleNone>(p, row, col, line);
+          return store_rows<kInt8 ? kOutS32 : -1, kScaleNone>(p, row, col, line, d_off);
       }
     }
     if constexpr (sizeof(T) == 1) {
@@ -370,18 +391,18 @@ struct Kernel {
         const bool tensor = mode == kScaleTensor;
         switch (p.out_dtype) {
           case kOutBF16:
-            return tensor ? store_rows<kOutBF16, kScaleTensor>(p, row, col, line)
-                          : store_rows<kOutBF16, kScaleVector>(p, row, col, line);
+            return tensor ? store_rows<kOutBF16, kScaleTensor>(p, row, col, line, d_off)
+                          : store_rows<kOutBF16, kScaleVector>(p, row, col, line, d_off);
           case kOutF16:
-            return tensor ? store_rows<kOutF16, kScaleTensor>(p, row, col, line)
-                          : store_rows<kOutF16, kScaleVector>(p, row, col, line);
+            return tensor ? store_rows<kOutF16, kScaleTensor>(p, row, col, line, d_off)
+                          : store_rows<kOutF16, kScaleVector>(p, row, col, line, d_off);
           case kOutF32:
-            return tensor ? store_rows<kOutF32, kScaleTensor>(p, row, col, line)
-                          : store_rows<kOutF32, kScaleVector>(p, row, col, line);
+            return tensor ? store_rows<kOutF32, kScaleTensor>(p, row, col, line, d_off)
+                          : store_rows<kOutF32, kScaleVector>(p, row, col, line, d_off);
         }
       }
     }
-    store_rows<-1, -1>(p, row, col, line);
+    store_rows<-1, -1>(p, row, col, line, d_off);
   }
 
   // This thread's 8 rows (8 apart) x 2 columns of a staged chunk. kOut >= 0: the output dtype
@@ -392,7 +413,7 @@ struct Kernel {
   // a time (the generic epilogue is too large to unroll).
   template <int kOut, int kMode>
   static __device__ __forceinline__ void store_rows(const ak_gemm_params& p, int64_t row,
-                                                    int64_t col, const Acc* line) {
+                                                    int64_t col, const Acc* line, int64_t d_off) {
     ak_gemm_params q = p;
     if constexpr (kOut >= 0) {
       q.out_dtype = kOut;
@@ -409,9 +430,9 @@ struct Kernel {
 #pragma unroll
       for (int i = 0; i < kBatch; ++i) {
         if constexpr (kInt8) {
-          epilogue2_s32(q, row + 8 * (i0 + i), col, v[i].x, v[i].y);
+          epilogue2_s32(q, row + 8 * (i0 + i), col, v[i].x, v[i].y, d_off);
         } else {
-          epilogue2(q, row + 8 * (i0 + i), col, v[i].x, v[i].y);
+          epilogue2(q, row + 8 * (i0 + i), col, v[i].x, v[i].y, d_off);
         }
       }
     }
@@ -536,7 +557,7 @@ struct Kernel {
     }
     __syncthreads();
     const int64_t tiles_m = (p.m + kBM - 1) / kBM, tiles_n = (p.n + kBN - 1) / kBN;
-    const int64_t num_tiles = tiles_m * tiles_n;
+    const int64_t num_tiles = (p.batch > 1 ? p.batch : 1) * tiles_m * tiles_n;
     const int32_t k_tiles = static_cast<int32_t>((p.k + kBK - 1) / kBK);
     if (threadIdx.x < 128) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));

@@ -91,7 +91,7 @@ struct softmax_backward_fn {
 
 // The row adapter of ak/reduce.cuh over this family's parameters (read in place).
 template <class T_>
-struct Rows {
+struct Rows : rowwise::OneLevel {
   using T = T_;
   const ak_softmax_params& p;
   __device__ __forceinline__ T* out() const { return static_cast<T*>(p.out); }
@@ -104,6 +104,7 @@ struct Rows {
   __device__ __forceinline__ int64_t x_stride() const { return p.x_row_stride; }
   __device__ __forceinline__ int64_t out_stride() const { return p.out_row_stride; }
   __device__ __forceinline__ int64_t res_stride() const { return 0; }
+  __device__ __forceinline__ int64_t row_cols(int64_t) const { return p.cols; }
   __device__ __forceinline__ const T* dy() const { return static_cast<const T*>(p.dy); }
   __device__ __forceinline__ int64_t dy_stride() const { return p.dy_row_stride; }
 };
@@ -111,9 +112,9 @@ struct Rows {
 template <class Op, class T>
 __device__ __forceinline__ void run(const ak_softmax_params& p) {
   if constexpr (kIsBackward<Op>) {
-    rowwise::run_grad<Op::template Fn>(Rows<T>{p}, p.vecs_per_thread, 0.f);
+    rowwise::run_grad<Op::template Fn>(Rows<T>{{}, p}, p.vecs_per_thread, 0.f);
   } else {
-    rowwise::run<Op>(Rows<T>{p}, p.vecs_per_thread, 0.f);
+    rowwise::run<Op>(Rows<T>{{}, p}, p.vecs_per_thread, 0.f);
   }
 }
 

@@ -42,10 +42,12 @@ def distribution() -> str:
 
 
 def jax_support() -> dict[str, Any]:
-    """Whether this build has the XLA extension (ops under ``jax.jit``), the jaxlib whose FFI
-    headers it was compiled against, and the jaxlib installed now (from its metadata: jax is
-    not imported)."""
+    """Whether this build has the XLA extension (ops under ``jax.jit``), the jaxlib and XLA FFI
+    API it was compiled against, the jaxlib installed now and whether that one accepts it (read
+    from its metadata and headers: jax is not imported)."""
     from importlib import import_module, metadata
+
+    from ._jax import check_ffi_api, installed_ffi_api
 
     xla: Any = None
     with contextlib.suppress(ImportError):
@@ -54,12 +56,21 @@ def jax_support() -> dict[str, Any]:
         installed: str | None = metadata.version("jaxlib")
     except metadata.PackageNotFoundError:
         installed = None
-    if xla is None:
-        return {"xla_extension": False, "built_against_jaxlib": None, "ffi_api": None,
-                "jaxlib": installed}  # fmt: skip
-    major, minor = xla.FFI_API_VERSION
-    return {"xla_extension": True, "built_against_jaxlib": xla.JAXLIB_VERSION,
-            "ffi_api": f"{major}.{minor}", "jaxlib": installed}  # fmt: skip
+    api = installed_ffi_api()
+    rep: dict[str, Any] = {
+        "xla_extension": xla is not None,
+        "built_against_jaxlib": None,
+        "ffi_api": None,
+        "jaxlib": installed,
+        "jaxlib_ffi_api": None if api is None else f"{api[0]}.{api[1]}",
+        "problem": None,
+    }
+    if xla is not None:
+        built = tuple(xla.FFI_API_VERSION)
+        rep["built_against_jaxlib"] = xla.JAXLIB_VERSION
+        rep["ffi_api"] = f"{built[0]}.{built[1]}"
+        rep["problem"] = check_ffi_api(built, api)
+    return rep
 
 
 def min_driver(floor: str) -> str | None:

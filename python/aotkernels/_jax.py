@@ -2,19 +2,22 @@
 
 One handler in C++ (``_xla``, src/xla.cpp) launches any op: the op's declaration gives the
 launches (entry point, parameter fields, grid, block), this module packs each into a launch
-description (the parameter block with zeros at pointer fields, which operand or result each
-pointer is, the kernel of every device) and emits one ``jax.ffi.ffi_call`` per launch. At run
-time the handler patches the buffers' addresses in and launches on XLA's stream: no host
-synchronisation, no copies. Nothing here runs at ``import aotkernels``; jax is imported and the
-target registered on the first JAX call.
+description (the kernel's name, the parameter block with zeros at pointer fields, which operand
+or result each pointer is) and emits one ``jax.ffi.ffi_call`` per launch. At run time the
+handler finds the kernel of the device it runs on, patches the buffers' addresses in and
+launches on XLA's stream: no host synchronisation, no copies. Nothing here runs at
+``import aotkernels``; jax is imported and the target registered on the first JAX call.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .arrays import LONG_NAMES, contiguous_strides, dtype_name
@@ -26,9 +29,12 @@ __all__ = [
     "LaunchDescription",
     "available",
     "call",
+    "check_ffi_api",
     "emit",
+    "installed_ffi_api",
     "lower",
     "register",
+    "traced",
     "xla_extension",
 ]
 
@@ -49,6 +55,13 @@ def available() -> bool:
     return True
 
 
+def traced(arrays: Sequence[Any]) -> bool:
+    """Whether any of ``arrays`` is a JAX tracer (inside jit, vmap, grad...)."""
+    import jax
+
+    return any(isinstance(a, jax.core.Tracer) for a in arrays)
+
+
 def xla_extension() -> Any:
     """The ``_xla`` module; ``NotImplementedError`` saying why when this build lacks it."""
     try:
@@ -60,6 +73,34 @@ def xla_extension() -> Any:
             f"installed at build time ({e}); `aotkernels doctor` shows what the build has"
         ) from None
     return _xla
+
+
+def installed_ffi_api() -> tuple[int, int] | None:
+    """The XLA FFI API version (major, minor) of the installed jaxlib, read from the C header it
+    ships (jax is not imported); None without jaxlib or its headers."""
+    spec = importlib.util.find_spec("jaxlib")
+    for loc in (spec.submodule_search_locations or []) if spec is not None else []:
+        try:
+            text = (Path(loc) / "include" / "xla" / "ffi" / "api" / "c_api.h").read_text()
+        except OSError:
+            continue
+        major = re.search(r"#define XLA_FFI_API_MAJOR (\d+)", text)
+        minor = re.search(r"#define XLA_FFI_API_MINOR (\d+)", text)
+        if major and minor:
+            return int(major[1]), int(minor[1])
+    return None
+
+
+def check_ffi_api(built: tuple[int, int], installed: tuple[int, int] | None) -> str | None:
+    """Why XLA would refuse a handler built against FFI API ``built``, or None: XLA runs handlers
+    of its own major version and its own or an older minor one."""
+    if installed is None or (built[0] == installed[0] and built[1] <= installed[1]):
+        return None
+    return (
+        f"aotkernels._xla was built against XLA FFI API {built[0]}.{built[1]}, newer than the "
+        f"installed jaxlib's {installed[0]}.{installed[1]}, which refuses it: upgrade jax and "
+        "jaxlib, or build aotkernels from source with this jaxlib installed"
+    )
 
 
 def register(target: str = TARGET) -> None:
@@ -76,6 +117,9 @@ def register(target: str = TARGET) -> None:
         import jax
 
         xla = xla_extension()
+        problem = check_ffi_api(tuple(xla.FFI_API_VERSION), installed_ffi_api())
+        if problem:
+            raise AotKernelsError(problem)
         if target == TARGET:
             from . import device
 
@@ -103,7 +147,7 @@ class LaunchDescription:
     extent, row bytes, box inner, box outer.
     """
 
-    kernels: tuple[int, ...]  # the entry point's CUfunction per CUDA ordinal (0: not loaded)
+    kernel: str  # "family/symbol", as published to _xla (kernel_name)
     params: bytes
     ptr_offsets: tuple[int, ...]
     slots: tuple[int, ...]
@@ -118,7 +162,7 @@ class LaunchDescription:
 
         maps = [v for m in self.tensor_maps for v in m]
         return {
-            "kernels": np.asarray(self.kernels, dtype=np.uint64),
+            "kernel": self.kernel,
             "params": np.frombuffer(self.params, dtype=np.uint8),
             "ptr_offsets": np.asarray(self.ptr_offsets, dtype=np.int64),
             "slots": np.asarray(self.slots, dtype=np.int64),
@@ -159,7 +203,7 @@ _OURS = {long: ours for ours, long in LONG_NAMES.items()}  # "bfloat16" -> "bf16
 # (op, attributes, the op's extra launch state, device) -> the jitted lowering
 _eager: dict[Any, Any] = {}
 _MAX_EAGER = 1024  # attributes vary without end (eps sweeps): bound the cache
-_kernel_tables: dict[tuple[str, str], tuple[int, ...]] = {}
+_published: set[tuple[str, str]] = set()
 
 
 def call(op: Any, arrays: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
@@ -172,12 +216,12 @@ def call(op: Any, arrays: Sequence[Any], attrs: Mapping[str, Any]) -> Any:
     """
     import jax
 
-    present = [a for a in arrays if a is not None]
-    if any(isinstance(a, jax.core.Tracer) for a in present):
+    xla_extension()  # this build's XLA extension, or the error that says it has none
+    if traced(arrays):
         return lower(op, arrays, attrs, _default_device(op))
     device = _device_of(op, arrays)
-    env = op.cache_key() if op.cache_key is not None else None
-    key: Any = (op.name, tuple(attrs.items()), env, device)
+    extra = None if op.cache_key is None else op.cache_key()
+    key: Any = (op.name, tuple(attrs.items()), extra, device)
     try:
         fn = _eager.get(key)
     except TypeError:  # an unhashable attribute value: jit this call on its own
@@ -215,7 +259,7 @@ def _device_of(op: Any, arrays: Sequence[Any]) -> int:
 
 def _default_device(op: Any) -> int:
     """A traced call's device: JAX's default device (the program's is not known when it is
-    traced); every device's kernel is in the call, only the launch configuration follows it."""
+    traced); every device's kernel is published, only the launch configuration follows it."""
     import jax
 
     d = getattr(jax.config, "jax_default_device", None) or jax.devices()[0]
@@ -241,11 +285,13 @@ def _jax_dtype(dtype: str) -> Any:
     return jnp.dtype(dtype_name(dtype))
 
 
-def kernel_table(family: str, symbol: str) -> tuple[int, ...]:
-    """``symbol``'s CUfunction on every visible device (0 where the family cannot load): the
-    custom call carries them all and the handler picks the one of the device it runs on."""
-    table = _kernel_tables.get((family, symbol))
-    if table is None:
+def kernel_name(family: str, symbol: str) -> str:
+    """The name a custom call launches ``symbol`` by, after publishing its CUfunction on every
+    visible device to ``_xla`` (0 where the family cannot load: the handler then names the
+    device). Names, not pointers, in the program: the compiled program stays valid for JAX's
+    persistent compilation cache in another process, whose lowering publishes its own."""
+    name = f"{family}/{symbol}"
+    if (family, symbol) not in _published:
         from . import device, loader
 
         kernels = []
@@ -253,10 +299,10 @@ def kernel_table(family: str, symbol: str) -> tuple[int, ...]:
             try:
                 kernels.append(loader.family_on(family, d).kernels.get(symbol, 0))
             except (AotKernelsError, NotImplementedError):
-                kernels.append(0)  # the handler names the device if the program runs there
-        table = tuple(kernels)
-        _kernel_tables[(family, symbol)] = table
-    return table
+                kernels.append(0)
+        xla_extension().set_kernels(name, kernels)
+        _published.add((family, symbol))
+    return name
 
 
 def lower(
@@ -326,28 +372,15 @@ def _describe(
 ) -> tuple[LaunchDescription, list[Any], list[Any], dict[int, int], list[str]]:
     """One launch's description and buffers: (description, operands, result types, aliases,
     the array name each result is the new value of)."""
+    from .ops._op import pack_launch
 
-    unknown = set(ln.args) - {n for n, _ in fam.param_fields}
-    assert not unknown, f"{ln.symbol}: unknown parameter fields {sorted(unknown)}"
-    values: list[Any] = []
-    ptr_names: list[str | None] = []
-    ptr_fields: list[str] = []
-    for name, ptype in fam.param_fields:
-        v = ln.args.get(name)
-        if ptype == "ptr":
-            ptr_fields.append(name)
-            ptr_names.append(v)
-            values.append(0)
-        elif ptype == "tmap":
-            values.append(b"")
-        else:
-            values.append(0 if v is None else v)
+    packed = pack_launch(fam, ln)
     operands: list[Any] = []
     results: list[Any] = []  # ShapeDtypeStructs
     result_names: list[str] = []
     aliases: dict[int, int] = {}
     where: dict[str, tuple[str, int]] = {}  # name -> ("arg" | "ret", index)
-    for name in dict.fromkeys(n for n in ptr_names if n is not None):
+    for name in dict.fromkeys(n for n in packed.pointers if n is not None):
         if name in current:
             value = current[name]
             if name in mutated or name in outs:  # written here or read back from a launch
@@ -366,34 +399,21 @@ def _describe(
         else:
             raise AssertionError(f"{ln.symbol}: pointer field bound to unknown array {name!r}")
     slots = []
-    for name in ptr_names:
-        if name is None:
+    for field in packed.pointers:
+        if field is None:
             slots.append(-1)
         else:
-            kind, i = where[name]
+            kind, i = where[field]
             slots.append(i if kind == "arg" else len(operands) + i)
-    maps = tuple(
-        (
-            fam.field_offsets[m.field],
-            ptr_fields.index(m.ptr_field),
-            m.data_type,
-            m.inner,
-            m.outer,
-            m.row_bytes,
-            m.box_inner,
-            m.box_outer,
-        )
-        for m in ln.tensor_maps
-    )
     desc = LaunchDescription(
-        kernels=kernel_table(op.family, ln.symbol),
-        params=fam.params.pack(*values),
+        kernel=kernel_name(op.family, ln.symbol),
+        params=packed.params,
         ptr_offsets=tuple(fam.ptr_offsets),
         slots=tuple(slots),
         grid=_dims3(ln.grid),
         block=_dims3(ln.block),
         smem=ln.smem,
-        tensor_maps=maps,
+        tensor_maps=packed.tensor_maps,
     )
     return desc, operands, results, aliases, result_names
 

@@ -8,6 +8,10 @@ FFI_API_VERSION: tuple[int, int]
 def set_driver(launch: int, error_name: int, tensor_map_encode: int) -> None:
     """Hand over the driver's entry points (from cuGetProcAddress); nothing links libcuda."""
 
+def set_kernels(name: str, per_device: list[int]) -> None:
+    """Publish the CUfunction of kernel ``name`` per CUDA ordinal (0: not loaded there); the
+    launch handler finds kernels by the name in the custom call's ``kernel`` attribute."""
+
 def launch_handler() -> object:
     """The typed FFI handler that launches a kernel on XLA's stream, as a PyCapsule."""
 

@@ -29,6 +29,7 @@ __all__ = [
     "load_matrix",
     "parse_matrix",
     "parse_target_name",
+    "split_dtype",
 ]
 
 PARAM_TYPES = ("ptr", "i64", "i32", "f32", "tmap")
@@ -38,6 +39,14 @@ _IDENT_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # Operand layouts a variant may compile in: one letter per operand (a, then b): k = K-major,
 # m = M-major (a), n = N-major (b); "any" = read from the parameters at run time.
 LAYOUTS = ("any", "kk", "kn", "mk", "mn")
+
+
+def split_dtype(name: str) -> tuple[str, ...]:
+    """The storage dtypes of an entry's dtype: ``"f16"`` -> ``("f16",)``; a mixed-operand name
+    ``"<a>x<b>"`` (op_dtypes, e.g. ``"fp8_e4m3xfp8_e5m2"``) -> ``(a, b)``."""
+    return tuple(name.split("x")) if "x" in name else (name,)
+
+
 _VARIANT_KEYS = {"path", "requires", "layouts", "byte_layouts"}
 
 
@@ -144,10 +153,12 @@ class Family:
                 if not self.variants:
                     specs.append(EntrySpec(base, op, dt))
                     continue
+                parts = split_dtype(dt)
+                dt_req = frozenset(f for part in parts for f in dreq.get(part, ()))
                 for v in self.variants:
-                    for lay in v.layouts_for(dtypes[dt].bytes):
+                    for lay in v.layouts_for(dtypes[parts[0]].bytes):
                         name = v.name if lay == "any" else f"{v.name}_{lay}"
-                        req = frozenset(v.requires) | frozenset(dreq.get(dt, ()))
+                        req = frozenset(v.requires) | dt_req
                         specs.append(EntrySpec(f"{base}_{name}", op, dt, v, lay, req))
         return specs
 
@@ -352,7 +363,14 @@ def _parse_family(
                 f"{where}: dtype {dt!r} is not available on target {missing[0]!r} "
                 f"(dtypes.{dt}.targets); drop the dtype or the target"
             )
-    op_dtypes = _parse_op_map(where, "op_dtypes", spec, set(ops), set(fam_dtypes))
+    # op_dtypes may also name mixed-operand pairs "<a>x<b>" of family dtypes of one size.
+    pairs = {
+        f"{a}x{b}"
+        for a in fam_dtypes
+        for b in fam_dtypes
+        if a != b and dtypes[a].bytes == dtypes[b].bytes
+    }
+    op_dtypes = _parse_op_map(where, "op_dtypes", spec, set(ops), set(fam_dtypes) | pairs)
     dtype_requires = _parse_op_map(where, "dtype_requires", spec, set(fam_dtypes), set(features))
     ptx = _str_list(spec.get("ptx", []), f"{where}.ptx")
     for p in ptx:

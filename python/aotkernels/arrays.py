@@ -27,6 +27,7 @@ __all__ = [
 LONG_NAMES = {
     "f32": "float32", "f16": "float16", "bf16": "bfloat16", "int8": "int8",
     "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2", "int32": "int32", "f64": "float64",
+    "int64": "int64",
 }  # fmt: skip
 _BY_LONG = {v: k for k, v in LONG_NAMES.items()}
 ITEMSIZE = {
@@ -37,15 +38,17 @@ ITEMSIZE = {
     "fp8_e4m3": 1,
     "fp8_e5m2": 1,
     "int32": 4,
+    "int64": 8,
     "f64": 8,
 }
 # DLPack (type code, bits) -> our name: 0 int, 1 uint, 2 float, 4 bfloat.
 # DLPack 1.1 codes 10 / 12: float8_e4m3fn / float8_e5m2.
 _DLPACK_DTYPES = {(2, 32): "f32", (2, 16): "f16", (4, 16): "bf16", (0, 8): "int8",
-                  (0, 32): "int32", (2, 64): "f64", (10, 8): "fp8_e4m3",
+                  (0, 32): "int32", (0, 64): "int64", (2, 64): "f64", (10, 8): "fp8_e4m3",
                   (12, 8): "fp8_e5m2"}  # fmt: skip
 _DLPACK_CODES = {v: k for k, v in _DLPACK_DTYPES.items()}
-_CAI_DTYPES = {"<f4": "f32", "<f2": "f16", "|i1": "int8", "<i4": "int32", "<f8": "f64"}
+_CAI_DTYPES = {"<f4": "f32", "<f2": "f16", "|i1": "int8", "<i4": "int32", "<i8": "int64",
+               "<f8": "f64"}  # fmt: skip
 _KDLCUDA = 2
 _DLPACK_DEVICES = {
     1: "cpu",
@@ -149,7 +152,7 @@ class _Torch(Framework):
         self.torch = torch
         self.to_ours = {
             torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
-            torch.int8: "int8", torch.int32: "int32", torch.float64: "f64",
+            torch.int8: "int8", torch.int32: "int32", torch.int64: "int64", torch.float64: "f64",
             torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2",
         }  # fmt: skip
         self.to_torch = {v: k for k, v in self.to_ours.items()}

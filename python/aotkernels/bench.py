@@ -8,6 +8,11 @@ Subcommands:
   norm         rms_norm, fused_add_rms_norm, layer_norm, softmax vs torch's own op (F.rms_norm,
                F.layer_norm, torch.softmax), the eager formula and torch.compile of it, on
                16384 x {1024, 4096, 8192} and decode-like {1, 32, 256} x {4096, 8192}
+  quant        fp8 (e4m3) outputs: rms_norm / fused_add_rms_norm / layer_norm / silu_and_mul with
+               a static or per-token scale and quantize_fp8 (static, per token, per tensor,
+               1x128 groups) vs the two-op torch sequence (torch's op, then scale, clamp and
+               .to(float8)) and torch.compile of it, on 16384 x {4096, 8192} and {1, 256} x 4096
+               (--quick: 16384 x 4096); TB/s and the fraction of copy bandwidth (a copy of x)
   jax          host cost of one call under jax.jit: ak.silu / ak.rms_norm (one XLA FFI custom
                call each) beside the jnp formula under jit; eager JAX calls through the FFI path
                beside jnp eager and the DLPack path (launch, then a host synchronisation) that
@@ -17,6 +22,12 @@ Subcommands:
                DeepSeek block scales) vs torch._scaled_mm, int8 vs torch._int_mm; square
                {1024..8192}^3 and LLM layers M {16, 128, 1024, 8192} x (N, K) {(4096, 4096),
                (14336, 4096), (4096, 14336), (8192, 8192)}; TFLOP/s (2*M*N*K), ratio, goal
+  rope         ak.rope in place on q / k slices of a fused QKV buffer (Llama-3-8B heads: 32 q,
+               8 kv, head_dim 128; NeoX full and half rotary, GPT-J) vs the transformers
+               formula (rotate_half, out of place) eager and under torch.compile, tokens
+               {1, 32, 4096, 16384}
+  batched      ak.matmul on [B, M, K] @ [B, K, N] vs torch.bmm (B 1 to 1000), and
+               ak.matmul(x, W.t(), bias=b) vs F.linear / torch.addmm (LLM layers, M 16..8192)
   attention    ak.attention vs torch SDPA's flash and cuDNN backends: D {64, 128, 256}, N
                {512 .. 16384} at 16384 tokens per batch, H = 2048 / D, causal and not (FLOPs
                4*B*H*N^2*D, halved when causal); ak.attention_decode (Sq 1, H 32, Hkv 8, D 128)
@@ -41,6 +52,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 __all__ = ["main"]
@@ -386,6 +398,131 @@ def bench_norm(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+# fp8 quantization ------------------------------------------------------------------------------
+
+QUANT_SHAPES = ((16384, 4096), (16384, 8192), (256, 4096), (1, 4096))
+FP8_E4M3_MAX = 448.0
+
+
+def _quant_cases(torch: Any, eps: float = 1e-6) -> dict[str, Any]:
+    """name -> (ours, torch two-op sequence, bytes moved(rows, cols, itemsize)); every callable
+    takes (x, residual, weight, bias, static scale)."""
+    import torch.nn.functional as F
+
+    import aotkernels as ak
+
+    e4m3, m = torch.float8_e4m3fn, FP8_E4M3_MAX
+
+    def static(y: Any, s: Any) -> Any:
+        return (y.float() / s).clamp(-m, m).to(e4m3)
+
+    def dynamic(y: Any, dims: Any = -1) -> tuple[Any, Any]:
+        yf = y.float()
+        amax = yf.abs().amax() if dims is None else yf.abs().amax(dims, keepdim=True)
+        s = amax.clamp_min(1e-10) / m
+        return (yf / s).clamp(-m, m).to(e4m3), s
+
+    def group(y: Any, g: int = 128) -> tuple[Any, Any]:
+        r, k = y.shape
+        q, s = dynamic(y.view(r, k // g, g))
+        return q.view(r, k), s.view(r, k // g)
+
+    def rms(x: Any, w: Any) -> Any:
+        return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+    def fused(x: Any, r: Any, w: Any, s: Any) -> Any:
+        r.add_(x)
+        return static(rms(r, w), s), r
+
+    def silu_mul(x: Any) -> Any:
+        d = x.shape[-1] // 2
+        return F.silu(x[..., :d]) * x[..., d:]
+
+    def moved(per_elem_in: int, out_ratio: float = 1.0, scales: str = "") -> Any:
+        def f(rows: int, cols: int, size: int) -> int:
+            extra = {"row": 4 * rows, "group": 4 * rows * (cols // 128)}.get(scales, 0)
+            return int(rows * cols * (per_elem_in * size + out_ratio)) + extra
+
+        return f
+
+    fp8 = "float8_e4m3fn"
+    return {
+        "rms_norm static": (lambda x, r, w, b, s: ak.rms_norm(x, w, eps, out_dtype=fp8, scale=s),
+                            lambda x, r, w, b, s: static(rms(x, w), s), moved(1)),
+        "rms_norm per-token": (lambda x, r, w, b, s: ak.rms_norm(x, w, eps, out_dtype=fp8),
+                               lambda x, r, w, b, s: dynamic(rms(x, w)), moved(1, 1, "row")),
+        "fused_add_rms_norm static": (
+            lambda x, r, w, b, s: ak.fused_add_rms_norm(x, r, w, eps, out_dtype=fp8, scale=s),
+            lambda x, r, w, b, s: fused(x, r, w, s), moved(3)),
+        "layer_norm static": (
+            lambda x, r, w, b, s: ak.layer_norm(x, w, b, 1e-5, out_dtype=fp8, scale=s),
+            lambda x, r, w, b, s: static(F.layer_norm(x, (x.shape[-1],), w, b, 1e-5), s),
+            moved(1)),
+        "silu_and_mul static": (lambda x, r, w, b, s: ak.silu_and_mul(x, out_dtype=fp8, scale=s),
+                                lambda x, r, w, b, s: static(silu_mul(x), s), moved(1, 0.5)),
+        "silu_and_mul per-token": (lambda x, r, w, b, s: ak.silu_and_mul(x, out_dtype=fp8),
+                                   lambda x, r, w, b, s: dynamic(silu_mul(x)),
+                                   moved(1, 0.5, "row")),
+        "quantize static": (lambda x, r, w, b, s: ak.quantize_fp8(x, s),
+                            lambda x, r, w, b, s: static(x, s), moved(1)),
+        "quantize per-token": (lambda x, r, w, b, s: ak.quantize_fp8(x, per_token=True),
+                               lambda x, r, w, b, s: dynamic(x), moved(1, 1, "row")),
+        "quantize per-tensor": (lambda x, r, w, b, s: ak.quantize_fp8(x),
+                                lambda x, r, w, b, s: dynamic(x, None), moved(1)),
+        "quantize group128": (lambda x, r, w, b, s: ak.quantize_fp8(x, group_size=128),
+                              lambda x, r, w, b, s: group(x), moved(1, 1, "group")),
+    }  # fmt: skip
+
+
+def _time_quant(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> float:
+    """Median ms of ``fn(x, residual, weight, bias, scale)``, rotating through the input sets."""
+    xs, rs, w, b, scale = inputs
+    return time_gpu(lambda i: fn(xs[i % len(xs)], rs[i % len(rs)], w, b, scale))
+
+
+def bench_quant(args: argparse.Namespace) -> list[dict[str, Any]]:
+    torch = _torch()
+    cases = _quant_cases(torch)
+    ops = [o for o in cases if not args.ops or o.split()[0] in args.ops.split(",")]
+    rows: list[dict[str, Any]] = []
+    for dtype_name in _dtypes(args, list(FLOAT_DTYPES), ("bf16",)):
+        dtype = getattr(torch, FLOAT_DTYPES[dtype_name])
+        size = torch.finfo(dtype).bits // 8
+        for shape in QUANT_SHAPES[:1] if args.quick else QUANT_SHAPES:
+            nbytes = shape[0] * shape[1] * size
+            sets = max(1, min(16, L2_ROTATE_BYTES // (3 * nbytes)))
+            xs = [torch.randn(shape, device="cuda", dtype=dtype) for _ in range(sets)]
+            rs = [torch.randn(shape, device="cuda", dtype=dtype) for _ in range(sets)]
+            w = torch.rand(shape[1], device="cuda", dtype=dtype) + 0.5
+            b = torch.randn(shape[1], device="cuda", dtype=dtype)
+            scale = torch.full((1,), 6.0 / FP8_E4M3_MAX, device="cuda")
+            dst = torch.empty_like(xs[0])
+            copy_tbs = 2 * nbytes / rotating(dst.copy_, xs) / 1e9
+            for op in ops:
+                ours, seq, nbytes_of = cases[op]
+                mv = nbytes_of(shape[0], shape[1], size)
+
+                inputs = (xs, rs, w, b, scale)
+                t_ours = _time_quant(ours, inputs)
+                t_seq = _time_quant(seq, inputs)
+                t_comp = None
+                if not args.no_compile:
+                    t_comp = _time_quant(torch.compile(seq, dynamic=False), inputs)
+                tbs = mv / t_ours / 1e9
+                rows.append({
+                    "op": op, "dtype": dtype_name, "shape": list(shape), "ours_TBps": tbs,
+                    "torch_seq_TBps": mv / t_seq / 1e9,
+                    "compile_TBps": mv / t_comp / 1e9 if t_comp else None,
+                    "copy_TBps": copy_tbs, "of_copy": tbs / copy_tbs,
+                    "vs_torch_seq": t_seq / t_ours,
+                    "vs_compile": t_comp / t_ours if t_comp else None,
+                })  # fmt: skip
+            xs.clear()
+            rs.clear()
+            torch.cuda.empty_cache()
+    return rows
+
+
 # GEMM ------------------------------------------------------------------------------------------
 
 GEMM_DTYPES = ("bf16", "f16", "fp8", "int8")
@@ -673,6 +810,149 @@ def bench_gemm(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+# RoPE ------------------------------------------------------------------------------------------
+
+ROPE_TOKENS = (1, 32, 4096, 16384)
+ROPE_HEADS = (32, 8, 128)  # Llama-3-8B: q heads, kv heads, head_dim
+ROPE_CASES = (("neox", 128), ("neox", 64), ("gptj", 128))  # layout, rot_dim
+
+
+def _rope_formula(torch: Any, neox: bool) -> Callable[..., Any]:
+    """transformers' rotary step (``apply_rotary_pos_emb`` with ``rotate_half``; the GPT-J
+    layout with interleaved pairs), out of place, on [tokens, heads, head_dim] q and k."""
+
+    def rotate(x: Any, cos: Any, sin: Any) -> Any:
+        rot = cos.shape[-1]
+        xr, rest = x[..., :rot], x[..., rot:]
+        if neox:
+            x1, x2 = xr.chunk(2, dim=-1)
+            turned = torch.cat((-x2, x1), dim=-1)
+        else:
+            turned = torch.stack((-xr[..., 1::2], xr[..., ::2]), dim=-1).flatten(-2)
+        return torch.cat((xr * cos + turned * sin, rest), dim=-1)
+
+    def f(q: Any, k: Any, pos: Any, cache: Any) -> tuple[Any, Any]:
+        cos, sin = cache[pos].chunk(2, dim=-1)
+        if neox:
+            cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+        else:
+            cos, sin = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+        cos, sin = cos[:, None].to(q.dtype), sin[:, None].to(q.dtype)
+        return rotate(q, cos, sin), rotate(k, cos, sin)
+
+    return f
+
+
+def bench_rope(args: argparse.Namespace) -> list[dict[str, Any]]:
+    torch = _torch()
+    import aotkernels as ak
+
+    hq, hk, hd = ROPE_HEADS
+    rows: list[dict[str, Any]] = []
+    for dtype_name in _dtypes(args, list(FLOAT_DTYPES), ("bf16",)):
+        dtype = getattr(torch, FLOAT_DTYPES[dtype_name])
+        size = torch.finfo(dtype).bits // 8
+        for layout, rot in ROPE_CASES:
+            neox = layout == "neox"
+            inv = 1.0 / 10000 ** (torch.arange(0, rot, 2, device="cuda").float() / rot)
+            ang = torch.arange(8192, device="cuda").float()[:, None] * inv
+            cache = torch.cat((ang.cos(), ang.sin()), -1)
+            formula = _rope_formula(torch, neox)
+            compiled = None if args.no_compile else torch.compile(formula, dynamic=False)
+            for tokens in ROPE_TOKENS:
+                qkv_bytes = tokens * (hq + 2 * hk) * hd * size
+                sets = max(1, min(16, L2_ROTATE_BYTES // qkv_bytes))
+                bufs = [torch.randn(tokens, (hq + 2 * hk) * hd, device="cuda", dtype=dtype)
+                        for _ in range(sets)]  # fmt: skip
+                qs = [b[:, : hq * hd].view(tokens, hq, hd) for b in bufs]
+                ks = [b[:, hq * hd : (hq + hk) * hd].view(tokens, hk, hd) for b in bufs]
+                pos = torch.randint(0, 8192, (tokens,), device="cuda")
+                # Bytes: the rotated part of q and k read and written once, cos/sin rows read.
+                moved = 2 * tokens * (hq + hk) * rot * size + tokens * rot * 4
+
+                inputs = (qs, ks, [pos], [cache])
+                t_ours = time_gpu(_rotate(partial(ak.rope, is_neox=neox), *inputs))
+                t_eager = time_gpu(_rotate(formula, *inputs))
+                t_comp = time_gpu(_rotate(compiled, *inputs)) if compiled is not None else None
+                rows.append({
+                    "layout": layout, "rot_dim": rot, "dtype": dtype_name, "tokens": tokens,
+                    "ours_us": 1e3 * t_ours, "eager_us": 1e3 * t_eager,
+                    "compile_us": 1e3 * t_comp if t_comp else None,
+                    "ours_TBps": moved / t_ours / 1e9,
+                    "vs_eager": t_eager / t_ours,
+                    "vs_compile": t_comp / t_ours if t_comp else None,
+                })  # fmt: skip
+                bufs.clear()
+                torch.cuda.empty_cache()
+    return rows
+
+
+# Batched and bias matmul -----------------------------------------------------------------------
+
+BMM_SHAPES = ((1, 4096, 4096, 4096), (1, 16, 4096, 4096), (8, 2048, 2048, 2048),
+              (64, 512, 512, 512), (256, 1024, 1024, 128), (1000, 128, 128, 128),
+              (1000, 64, 64, 64), (1000, 16, 64, 64))  # fmt: skip  # (batch, M, N, K)
+BIAS_SHAPES = ((16, 4096, 4096), (1024, 4096, 4096), (8192, 4096, 4096), (1024, 14336, 4096))
+
+
+def _matmul_row(
+    torch: Any, kind: str, what: tuple[int, ...], flops: int, ours: Callable[[int], Any],
+    anchor: Callable[[int], Any], anchor_name: str, reps: int,
+) -> dict[str, Any]:  # fmt: skip
+    mine, why = _probe(torch, ours)
+    ref, why_anchor = _probe(torch, anchor)
+    rel = _rel_err(mine, ref) if mine is not None and ref is not None else None
+    del mine, ref
+    t_ours, t_anchor = (None, None)
+    if not why:
+        t_ours, t_anchor = _paired_ms(ours, None if why_anchor else anchor, reps)
+    return {
+        "case": kind, "shape": "x".join(map(str, what)),
+        "ours_TFLOPS": flops / t_ours / 1e9 if t_ours else None,
+        "anchor_TFLOPS": flops / t_anchor / 1e9 if t_anchor else None,
+        "ratio": t_anchor / t_ours if t_ours and t_anchor else None,
+        "rel_err": rel, "ours_ms": t_ours, "anchor_ms": t_anchor, "anchor": anchor_name,
+        "note": "; ".join(n for n in (why and f"ours failed: {why}",
+                                      why_anchor and f"no anchor: {why_anchor}") if n),
+    }  # fmt: skip
+
+
+def bench_batched(args: argparse.Namespace) -> list[dict[str, Any]]:
+    torch = _torch()
+    import torch.nn.functional as F
+
+    import aotkernels as ak
+
+    dt = torch.bfloat16
+    rows: list[dict[str, Any]] = []
+    for bsz, m, n, k in BMM_SHAPES:
+        sets = max(1, min(GEMM_MAX_SETS, L2_ROTATE_BYTES // (bsz * (m + n) * k * 2)))
+        a = [torch.randn(bsz, m, k, device="cuda", dtype=dt) for _ in range(sets)]
+        b = [torch.randn(bsz, k, n, device="cuda", dtype=dt) for _ in range(sets)]
+        rows.append(_matmul_row(torch, "bmm", (bsz, m, n, k), 2 * bsz * m * n * k,
+                                _rotate(ak.matmul, a, b), _rotate(torch.bmm, a, b), "torch.bmm",
+                                args.reps))  # fmt: skip
+        a.clear()
+        b.clear()
+        torch.cuda.empty_cache()
+    for m, n, k in BIAS_SHAPES:
+        sets = max(1, min(GEMM_MAX_SETS, L2_ROTATE_BYTES // ((m + n) * k * 2)))
+        x = [torch.randn(m, k, device="cuda", dtype=dt) for _ in range(sets)]
+        w = [torch.randn(n, k, device="cuda", dtype=dt) for _ in range(sets)]
+        bias = [torch.randn(n, device="cuda", dtype=dt)]
+        ours = _rotate(lambda xi, wi, bi: ak.matmul(xi, wi.t(), bias=bi), x, w, bias)
+        for name, anchor in (
+            ("F.linear", _rotate(F.linear, x, w, bias)),
+            ("torch.addmm", _rotate(lambda xi, wi, bi: torch.addmm(bi, xi, wi.t()), x, w, bias)),
+        ):
+            rows.append(_matmul_row(torch, "bias", (m, n, k), 2 * m * n * k, ours, anchor, name,
+                                    args.reps))  # fmt: skip
+        x.clear()
+        w.clear()
+        torch.cuda.empty_cache()
+    return rows
+
+
 # --- attention --------------------------------------------------------------------------------
 ATTN_DTYPES = ("bf16", "f16")
 ATTN_TOKENS = 16384  # tokens per batch: B = 16384 / N, as the FlashAttention papers
@@ -930,16 +1210,20 @@ SUITES = (
     "launch",
     "elementwise",
     "norm",
+    "quant",
     "gemm",
     "attention",
+    "rope",
+    "batched",
     "compiled",
     "backward",
     "jax",
     "all",
 )
 SUITE_DTYPES = {"elementwise": tuple(FLOAT_DTYPES), "norm": tuple(FLOAT_DTYPES),
+                "quant": tuple(FLOAT_DTYPES),
                 "gemm": GEMM_DTYPES, "attention": ATTN_DTYPES, "compiled": ("bf16",),
-                "backward": ("bf16",)}  # fmt: skip
+                "backward": ("bf16",), "rope": tuple(FLOAT_DTYPES), "batched": ()}  # fmt: skip
 
 
 def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -974,7 +1258,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", help="comma-separated ops (elementwise)")
     ap.add_argument(
         "--dtypes",
-        help="comma-separated: bf16,f16,f32 (elementwise, norm; default bf16,f32), "
+        help="comma-separated: bf16,f16,f32 (elementwise, norm; default bf16,f32; quant, rope: "
+        "default bf16), "
         "bf16,f16,fp8,int8 (gemm; default all four)",
     )
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile anchor")
@@ -984,7 +1269,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--quick",
         action="store_true",
-        help="gemm: squares 4096, 8192 and M {16, 1024} x (N, K) {(4096, 4096), (14336, 4096)}",
+        help="gemm: squares 4096, 8192 and M {16, 1024} x (N, K) {(4096, 4096), (14336, 4096)}; "
+        "quant: 16384 x 4096 only",
     )
     ap.add_argument("--reps", type=int, default=50, help="gemm: timed calls per round (2 rounds)")
     ap.add_argument(
@@ -995,6 +1281,7 @@ def main(argv: list[str] | None = None) -> int:
     torch = _torch()
     if args.ops:  # each suite runs the ops it knows; a name no suite knows is a typo
         known = {*_elementwise_cases(torch), *_norm_cases(torch)}
+        known |= {name.split()[0] for name in _quant_cases(torch)}
         unknown = sorted(set(args.ops.split(",")) - known)
         if unknown:
             ap.error(f"--ops: unknown {unknown} (known: {sorted(known)})")
@@ -1013,6 +1300,9 @@ def main(argv: list[str] | None = None) -> int:
         _print(results["norm"], "norm / softmax bandwidth (TB/s) and ratios")
         if args.chart:
             chart(results["norm"], args.chart, f"norm and softmax on {results['device']}")
+    if args.what in ("quant", "all"):
+        results["quant"] = bench_quant(args)
+        _print(results["quant"], "fp8-quantizing ops: bandwidth (TB/s) and ratios")
     if args.what in ("gemm", "all"):
         results["gemm_method"] = {
             "reps_per_round": args.reps, "rounds": 2, "fp8_use_fast_accum": args.fast_accum,
@@ -1022,6 +1312,12 @@ def main(argv: list[str] | None = None) -> int:
         _print(results["gemm"], "GEMM TFLOP/s (int8: TOP/s), ours / anchor ratio and goal")
         if args.chart:
             _try_chart(results["gemm"], _gemm_chart_path(args), f"GEMM on {results['device']}")
+    if args.what in ("rope", "all"):
+        results["rope"] = bench_rope(args)
+        _print(results["rope"], "RoPE (q and k in place) vs the transformers formula")
+    if args.what in ("batched", "all"):
+        results["batched"] = bench_batched(args)
+        _print(results["batched"], "batched matmul vs torch.bmm, bias matmul vs F.linear / addmm")
     if args.what in ("attention", "all"):
         fwd, dec, var = bench_attention(args)
         results.update(attention=fwd, attention_decode=dec, attention_varlen=var)

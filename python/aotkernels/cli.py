@@ -143,11 +143,14 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     )
     j = rep["jax"]
     if j["xla_extension"]:
+        installed = f"{j['jaxlib']} (FFI API {j['jaxlib_ffi_api']})" if j["jaxlib"] else "none"
         con.print(
             f"jax.jit: XLA extension built against jaxlib {j['built_against_jaxlib']}'s FFI "
-            f"headers (XLA FFI API {j['ffi_api']}); jaxlib installed: {j['jaxlib'] or 'none'}",
+            f"headers (XLA FFI API {j['ffi_api']}); jaxlib installed: {installed}",
             highlight=False,
         )
+        if j["problem"]:
+            con.print(f"[red]jax.jit unavailable:[/red] {j['problem']}", highlight=False)
     else:
         con.print(
             "jax.jit: not in this build (no XLA extension: jaxlib was not installed when it was "

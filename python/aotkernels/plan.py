@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .arch_matrix import EntrySpec, Family, Matrix, Target, parse_ptx_name
+from .arch_matrix import EntrySpec, Family, Matrix, Target, parse_ptx_name, split_dtype
 
 __all__ = [
     "BuildPlan",
@@ -89,7 +89,8 @@ class FamilyPlan:
             t = matrix.targets.get(tname)
             if t is None:
                 continue
-            if tname in matrix.dtypes[spec.dtype].targets and spec.requires <= t.features:
+            has_dtype = all(tname in matrix.dtypes[d].targets for d in split_dtype(spec.dtype))
+            if has_dtype and spec.requires <= t.features:
                 names.append(name)
         return tuple(names)
 
@@ -297,8 +298,16 @@ def _entries_source(fp: FamilyPlan) -> str:
     ]
     specs = {s.symbol: s for s in fp.entry_specs()}
     all_images = tuple(fp.image_names())
+    # A mixed-operand dtype "<a>x<b>" instantiates with ak_mixed_t<A, B>, which the family's
+    # header defines; an alias keeps the template's comma out of the entry macros.
+    mixed = sorted({e.dtype for e in fp.entries() if len(split_dtype(e.dtype)) == 2})
+    for dt in mixed:
+        a, b = (fp.matrix.dtypes[d].ctype for d in split_dtype(dt))
+        lines.append(f"using ak_dtype_{dt} = ak_mixed_t<{a}, {b}>;")
+    if mixed:
+        lines.append("")
     for e in fp.entries():
-        ctype = fp.matrix.dtypes[e.dtype].ctype
+        ctype = f"ak_dtype_{e.dtype}" if e.dtype in mixed else fp.matrix.dtypes[e.dtype].ctype
         spec = specs[e.symbol]
         if spec.variant is None:
             lines.append(f"AK_ENTRY({e.symbol}, {e.op}, {ctype})")

@@ -16,6 +16,7 @@ _CODES = {
     "float64": (2, 64),
     "int8": (0, 8),
     "int32": (0, 32),
+    "int64": (0, 64),
     "float8_e4m3fn": (10, 8),  # DLPack 1.1 kDLFloat8_e4m3fn
     "float8_e5m2": (12, 8),  # DLPack 1.1 kDLFloat8_e5m2
 }

@@ -48,6 +48,21 @@ struct Sum {
   }
 };
 
+// Max of non-negative values (|y| for the fp8 scales); fmaxf drops NaN, so a NaN element does
+// not poison its row's scale (it stays NaN through the conversion).
+template <int K>
+struct Max {
+  static constexpr bool kCommutative = true;
+  __device__ __forceinline__ static void identity(float (&v)[K]) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) v[k] = 0.f;
+  }
+  __device__ __forceinline__ void operator()(float (&a)[K], const float (&b)[K]) const {
+#pragma unroll
+    for (int k = 0; k < K; ++k) a[k] = fmaxf(a[k], b[k]);
+  }
+};
+
 // Reduces K floats per thread over its row group with `Combine`. Every thread of the block must
 // call it the same number of times (row groups of G > 32 meet at a __syncthreads). Two shared
 // buffers alternate, so a warp that races ahead into the next reduction cannot overwrite
@@ -230,35 +245,89 @@ struct Packet {
   }
 };
 
-// A family passes its parameters through an adapter A (see norm.cuh, softmax.cuh) with
-//   using T = <storage type>;  T* out(); const T* x(); T* residual(); const T* weight();
-//   const T* bias() (each may be null except out and x); int64_t rows(), cols(), x_stride(),
-//   out_stride(), res_stride() (strides in elements, may be negative).
+// A family passes its parameters through an adapter A (see norm.cuh, softmax.cuh, quant.cuh) with
+//   using T = <storage type>;  O* out() (O: T, or a 1-byte fp8 output); const T* x();
+//   T* residual(); const T* weight(); const T* bias() (each may be null except out and x);
+//   int64_t rows(), cols(), x_stride(), out_stride(), res_stride() (strides in elements, may be
+//   negative), and from OneLevel (or its own): inner(), x_outer(), out_outer(), res_outer(),
+//   row_cols(lo), kRowWeight.
+// Rows have a two-level index: with inner() > 1, row r is (hi, lo) = (r / inner, r % inner) at
+// element hi * outer + lo * stride (q or k of a fused QKV buffer viewed [tokens, heads, dim]:
+// independent token and head strides; 1x128 groups of a [M, K] row); otherwise r * stride.
 // The adapter reads the __grid_constant__ parameter struct in place, so the engines re-read
 // fields from the constant bank where they need them instead of holding ~20 registers of
 // pointers and strides for the whole kernel.
+
+// Defaults of the adapter interface for families whose rows have one level.
+struct OneLevel {
+  // The weight is a per-column vector shared by all rows (true: it lives in each row of x,
+  // at x's row offset, as the up half of a gated activation).
+  static constexpr bool kRowWeight = false;
+  __device__ __forceinline__ static constexpr int64_t inner() { return 0; }
+  __device__ __forceinline__ static constexpr int64_t x_outer() { return 0; }
+  __device__ __forceinline__ static constexpr int64_t out_outer() { return 0; }
+  __device__ __forceinline__ static constexpr int64_t res_outer() { return 0; }
+};
 
 // Decided once per launch, so that every row group of a block takes the same path.
 template <class A>
 __device__ __forceinline__ bool vectorizable(const A& a) {
   constexpr int V = 16 / sizeof(typename A::T);
-  bool ok = a.cols() % V == 0 && aligned16(a.out(), a.x(), a.residual(), a.weight(), a.bias());
+  bool ok = a.cols() % V == 0 && a.row_cols(a.inner() - 1) % V == 0 &&
+            aligned16(a.out(), a.x(), a.residual(), a.weight(), a.bias());
   if (a.rows() > 1) {
     ok = ok && a.x_stride() % V == 0 && a.out_stride() % V == 0 && a.res_stride() % V == 0;
+    if (a.inner() > 1) {
+      ok = ok && a.x_outer() % V == 0 && a.out_outer() % V == 0 && a.res_outer() % V == 0;
+    }
   }
   return ok;
 }
 
-// One row of a launch: pointers computed where they are used.
+// One row of a launch: pointers computed where they are used. r < 0 is a padding row (nothing
+// is read or written; see each_row). Only r is held: a two-level row recomputes its (hi, lo)
+// split where an offset is needed (the resident row needs those registers more).
 template <class A>
 struct Row {
   using T = typename A::T;
   const A& a;
   int64_t r;
-  __device__ __forceinline__ const T* x() const { return a.x() + r * a.x_stride(); }
-  __device__ __forceinline__ T* residual() const { return a.residual() + r * a.res_stride(); }
-  __device__ __forceinline__ T* out() const { return a.out() + r * a.out_stride(); }
-  __device__ __forceinline__ const T* dy() const { return a.dy() + r * a.dy_stride(); }
+
+  __device__ __forceinline__ bool active() const { return r >= 0; }
+  __device__ __forceinline__ int64_t index() const { return r; }
+  // Element offset of this row in an array with the given row and outer strides.
+  __device__ __forceinline__ int64_t off(int64_t stride, int64_t outer) const {
+    const int64_t in = a.inner();
+    if (in <= 1) return r * stride;
+    int64_t hi;
+    if (((uint64_t(r) | uint64_t(in)) >> 32) == 0) {  // 32-bit division: ~20 instructions
+      hi = int64_t(uint32_t(r) / uint32_t(in));
+    } else {
+      hi = r / in;
+    }
+    return hi * outer + (r - hi * in) * stride;
+  }
+  __device__ __forceinline__ int64_t lo() const {
+    const int64_t in = a.inner();
+    return in <= 1 ? r : r % in;
+  }
+  __device__ __forceinline__ const T* x() const { return a.x() + off(a.x_stride(), a.x_outer()); }
+  __device__ __forceinline__ T* residual() const {
+    return a.residual() + off(a.res_stride(), a.res_outer());
+  }
+  __device__ __forceinline__ auto out() const {
+    return a.out() + off(a.out_stride(), a.out_outer());
+  }
+  __device__ __forceinline__ const T* weight() const {
+    const T* w = a.weight();
+    if constexpr (A::kRowWeight) {
+      return w + off(a.x_stride(), a.x_outer());
+    } else {
+      return w;
+    }
+  }
+  __device__ __forceinline__ int64_t cols() const { return a.row_cols(lo()); }
+  __device__ __forceinline__ const T* dy() const { return a.dy() + off(a.dy_stride(), 0); }
 };
 
 // One chunk of K slots per thread at a given row offset. Which slots are valid is one number,
@@ -395,6 +464,41 @@ struct Slots {
     }
   }
 
+  // Weight and bias packets [h, h + H) of the chunk, absent ones read as 1 and 0.
+  template <int H>
+  __device__ __forceinline__ void load_wb(const T* w, const T* b, int count, int h, P (&wp)[H],
+                                          P (&bp)[H]) const {
+    const Map m(t, g, count);
+#pragma unroll
+    for (int u = 0; u < H; ++u) {
+      wp[u] = P::fill(1.f);
+      bp[u] = P::fill(0.f);
+      if (w) load1<true>(w, m, h + u, wp[u]);
+      if (b) load1<true>(b, m, h + u, bp[u]);
+    }
+  }
+
+  // sink(f(x, weight, bias), lane) for every valid element, y in f32 (never rounded to T).
+  template <int H, class F, class G>
+  __device__ __forceinline__ void visit_y(const P (&buf)[K], const T* w, const T* b, int count, F f,
+                                          G&& sink) const {
+#pragma unroll
+    for (int h = 0; h < K; h += H) {
+      P wp[H], bp[H];
+      load_wb<H>(w, b, count, h, wp, bp);
+      const Map m(t, g, count);
+#pragma unroll
+      for (int u = 0; u < H; ++u) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          if (m.ok(h + u, j)) {
+            sink(f(buf[h + u].get(j), wp[u].get(j), bp[u].get(j)), j % kLanes);
+          }
+        }
+      }
+    }
+  }
+
   // Two-input rows (the backward ops). `w` (may be null: every weight reads 1) is the row's
   // weight vector, loaded one packet at a time next to the resident x and dy.
   //
@@ -410,6 +514,48 @@ struct Slots {
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         if (m.ok(u, j)) f(x[u].get(j), dy[u].get(j), wp.get(j), j % kLanes);
+      }
+    }
+  }
+
+  // out (1-byte elements) = q(f(x, weight, bias)), converted from f32 once. A packet's V
+  // results pack into V bytes: one 4- or 8-byte store in the vector layout (out and its row
+  // strides are then multiples of V), byte stores in the scalar one (coalesced across the warp).
+  template <int H, class F, class Q>
+  __device__ __forceinline__ void store_q(const P (&buf)[K], const T* w, const T* b, uint8_t* out,
+                                          int count, F f, const Q& q) const {
+#pragma unroll
+    for (int h = 0; h < K; h += H) {
+      P wp[H], bp[H];
+      load_wb<H>(w, b, count, h, wp, bp);
+      const Map m(t, g, count);
+#pragma unroll
+      for (int u = 0; u < H; ++u) {
+        const P& x = buf[h + u];
+        if constexpr (kVec) {
+          if (!m.ok(h + u, 0)) continue;
+          uint32_t word[V / 4];
+#pragma unroll
+          for (int j = 0; j < V; j += 4) {
+            float y[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) y[i] = f(x.get(j + i), wp[u].get(j + i), bp[u].get(j + i));
+            word[j / 4] = q.pack4(y[0], y[1], y[2], y[3]);
+          }
+          uint8_t* p = out + m.off(h + u, 0);
+          if constexpr (V == 4) {
+            *reinterpret_cast<uint32_t*>(p) = word[0];
+          } else {
+            *reinterpret_cast<uint2*>(p) = make_uint2(word[0], word[1]);
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            if (m.ok(h + u, j)) {
+              out[m.off(h + u, j)] = q.one(f(x.get(j), wp[u].get(j), bp[u].get(j)));
+            }
+          }
+        }
       }
     }
   }
@@ -469,6 +615,7 @@ class RegRow {
   }
 
   __device__ __forceinline__ float cols() const { return float(row_.a.cols()); }
+  __device__ __forceinline__ const Row<A>& row() const { return row_; }
 
   template <class F>
   __device__ __forceinline__ void for_each(F&& f) {
@@ -490,9 +637,9 @@ class RegRow {
   template <class F>
   __device__ __forceinline__ void store(F f) {
     const S s = slots();
-    const T* w = row_.a.weight();
+    const T* w = row_.weight();
     const T* b = row_.a.bias();
-    T* out = row_.out();
+    auto* out = row_.out();
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
 #pragma unroll
@@ -501,6 +648,39 @@ class RegRow {
       // N = 8 leaves room for one weight and one bias packet at a time.
       s.template apply<N == 8 ? 1 : C>(v_[c], w ? w + o : nullptr, b ? b + o : nullptr, cnt(c), f);
       s.store(out + o, cnt(c), v_[c]);
+    }
+  }
+
+  // sink(f(x, weight, bias), lane) over the thread's elements (f32, nothing stored).
+  template <class F, class G>
+  __device__ __forceinline__ void for_each_y(F f, G&& sink) {
+    const S s = slots();
+    const T* w = row_.weight();
+    const T* b = row_.a.bias();
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+#pragma unroll
+      for (int u = 0; u < C; ++u) v_[c][u].launder();
+      const int o = c0(s, c);
+      s.template visit_y<N == 8 ? 1 : C>(v_[c], w ? w + o : nullptr, b ? b + o : nullptr, cnt(c), f,
+                                         sink);
+    }
+  }
+
+  // 1-byte out = q(f(x, weight, bias)), one conversion from f32.
+  template <class F, class Q>
+  __device__ __forceinline__ void store_q(F f, const Q& q) {
+    const S s = slots();
+    const T* w = row_.weight();
+    const T* b = row_.a.bias();
+    uint8_t* out = row_.out();
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+#pragma unroll
+      for (int u = 0; u < C; ++u) v_[c][u].launder();
+      const int o = c0(s, c);
+      s.template store_q<N == 8 ? 1 : C>(v_[c], w ? w + o : nullptr, b ? b + o : nullptr, out + o,
+                                         cnt(c), f, q);
     }
   }
 
@@ -533,6 +713,7 @@ class StreamRow {
       : row_(row), n_(n), red_(red) {}
 
   __device__ __forceinline__ float cols() const { return float(row_.a.cols()); }
+  __device__ __forceinline__ const Row<A>& row() const { return row_; }
 
   // One streamed pass over the row (the first also writes the residual sum, with kAdd).
   template <class F>
@@ -559,10 +740,38 @@ class StreamRow {
       P buf[C];
       const int cnt = s.count(left(s, c0));
       fetch(s, c0, cnt, buf);
-      const T* w = row_.a.weight();
+      const T* w = row_.weight();
       const T* b = row_.a.bias();
       s.apply(buf, w ? w + c0 : nullptr, b ? b + c0 : nullptr, cnt, f);
       s.store(row_.out() + c0, cnt, buf);
+    }
+  }
+
+  template <class F, class G>
+  __device__ __forceinline__ void for_each_y(F f, G&& sink) {
+    const S s = slots();
+    for (int64_t c0 = 0; c0 < n_; c0 += step(s)) {
+      P buf[C];
+      const int cnt = s.count(left(s, c0));
+      fetch(s, c0, cnt, buf);
+      const T* w = row_.weight();
+      const T* b = row_.a.bias();
+      s.template visit_y<1>(buf, w ? w + c0 : nullptr, b ? b + c0 : nullptr, cnt, f, sink);
+    }
+    first_ = false;
+  }
+
+  template <class F, class Q>
+  __device__ __forceinline__ void store_q(F f, const Q& q) {
+    const S s = slots();
+    for (int64_t c0 = 0; c0 < n_; c0 += step(s)) {
+      P buf[C];
+      const int cnt = s.count(left(s, c0));
+      fetch(s, c0, cnt, buf);
+      const T* w = row_.weight();
+      const T* b = row_.a.bias();
+      s.template store_q<1>(buf, w ? w + c0 : nullptr, b ? b + c0 : nullptr, row_.out() + c0, cnt,
+                            f, q);
     }
   }
 
@@ -619,8 +828,8 @@ __device__ __forceinline__ void each_row(const A& a, GroupReducer& red, float ep
   const int64_t step = int64_t(gridDim.x) * blockDim.y;
   for (int64_t base = int64_t(blockIdx.x) * blockDim.y; base < rows; base += step) {
     const int64_t row = base + threadIdx.y;
-    const bool active = row < rows;
-    R r(Row<A>{a, active ? row : 0}, active ? a.cols() : 0, red);
+    const Row<A> rw{a, row < rows ? row : -1};
+    R r(rw, rw.active() ? rw.cols() : 0, red);
     op(r, eps);
   }
 }

@@ -22,6 +22,8 @@ from .norm import (
     rms_norm,
     rms_norm_backward,
 )
+from .quant import quantize_fp8
+from .rope import rope
 from .softmax import softmax, softmax_backward
 
 __all__ = [
@@ -36,10 +38,12 @@ __all__ = [
     "layer_norm",
     "layer_norm_backward",
     "matmul",
+    "quantize_fp8",
     "relu",
     "relu_backward",
     "rms_norm",
     "rms_norm_backward",
+    "rope",
     "scaled_mm",
     "sigmoid",
     "sigmoid_backward",

@@ -43,10 +43,12 @@ __all__ = [
     "Op",
     "OutSpec",
     "Output",
+    "PackedLaunch",
     "REGISTRY",
     "TensorMap",
     "Tensor",
     "check_dtype",
+    "pack_launch",
     "parse_dtype",
 ]
 
@@ -412,6 +414,48 @@ class _Compiled(NamedTuple):
     plans: tuple[tuple[Any, tuple[str | None, ...]], ...]  # (_core.LaunchPlan, ptr arg names)
 
 
+class PackedLaunch(NamedTuple):
+    """A launch as both launch paths take it (``_core.LaunchPlan`` and the XLA FFI handler)."""
+
+    params: bytes  # the family's parameter block, zeros at pointer fields
+    pointers: tuple[str | None, ...]  # per pointer field: the array it takes, by name (None: null)
+    # per TMA descriptor: param offset, pointer-field index, CUtensorMapDataType, inner, outer,
+    # row bytes, box inner, box outer
+    tensor_maps: tuple[tuple[int, int, int, int, int, int, int, int], ...]
+
+
+def pack_launch(fam: Any, ln: Launch) -> PackedLaunch:
+    """Pack ``ln``'s fields into ``fam``'s (a LoadedFamily's) parameter layout."""
+    values: list[Any] = []
+    pointers: list[str | None] = []
+    for name, ptype in fam.param_fields:
+        v = ln.args.get(name)
+        if ptype == "ptr":
+            pointers.append(v)
+            values.append(0)
+        elif ptype == "tmap":
+            values.append(b"")
+        else:
+            values.append(0 if v is None else v)
+    unknown = set(ln.args) - {n for n, _ in fam.param_fields}
+    assert not unknown, f"{ln.symbol}: unknown parameter fields {sorted(unknown)}"
+    ptr_fields = [n for n, t in fam.param_fields if t == "ptr"]
+    maps = tuple(
+        (
+            fam.field_offsets[m.field],
+            ptr_fields.index(m.ptr_field),
+            m.data_type,
+            m.inner,
+            m.outer,
+            m.row_bytes,
+            m.box_inner,
+            m.box_outer,
+        )
+        for m in ln.tensor_maps
+    )
+    return PackedLaunch(fam.params.pack(*values), tuple(pointers), maps)
+
+
 def _compile_launches(op: Op, launches: Sequence[Launch], device: int) -> tuple[Any, ...]:
     from .. import _core
 
@@ -420,33 +464,7 @@ def _compile_launches(op: Op, launches: Sequence[Launch], device: int) -> tuple[
     fam = _loader.family_on(op.family, device)
     plans = []
     for ln in launches:
-        values: list[Any] = []
-        slots: list[str | None] = []
-        for name, ptype in fam.param_fields:
-            v = ln.args.get(name)
-            if ptype == "ptr":
-                slots.append(v)
-                values.append(0)
-            elif ptype == "tmap":
-                values.append(b"")
-            else:
-                values.append(0 if v is None else v)
-        unknown = set(ln.args) - {n for n, _ in fam.param_fields}
-        assert not unknown, f"{ln.symbol}: unknown parameter fields {sorted(unknown)}"
-        ptr_fields = [n for n, t in fam.param_fields if t == "ptr"]
-        maps = [
-            (
-                fam.field_offsets[m.field],
-                ptr_fields.index(m.ptr_field),
-                m.data_type,
-                m.inner,
-                m.outer,
-                m.row_bytes,
-                m.box_inner,
-                m.box_outer,
-            )
-            for m in ln.tensor_maps
-        ]
+        packed = pack_launch(fam, ln)
         grid = [*ln.grid, 1, 1][:3]
         block = [*ln.block, 1, 1][:3]
         plan = _core.LaunchPlan(
@@ -456,11 +474,11 @@ def _compile_launches(op: Op, launches: Sequence[Launch], device: int) -> tuple[
             grid,
             block,
             ln.smem,
-            fam.params.pack(*values),
+            packed.params,
             fam.ptr_offsets,
-            maps,
+            list(packed.tensor_maps),
         )
-        plans.append((plan, tuple(slots)))
+        plans.append((plan, packed.pointers))
     return tuple(plans)
 
 
@@ -638,10 +656,19 @@ def _general(
     if fw.name == "jax":
         from .. import _jax
 
-        if _jax.available():
+        # Traced arrays have no memory to hand over through DLPack: only the XLA path can take
+        # them (and says so when this build lacks it).
+        if _jax.available() or _jax.traced(full):
             if out is not None:
                 raise TypeError(f"{op.name}: out= is not supported for jax arrays (immutable)")
             return _jax.call(op, full, dict(zip((a.name for a in op.attrs), values, strict=True)))
+    if fw.name == "torch" and not below_autograd and type(full[lead]) not in TORCH_TYPES:
+        # A tensor subclass (FakeTensor and FunctionalTensor while torch.compile traces a
+        # backward, or a user's subclass): the dispatcher, not a raw pointer, must run it.
+        from .. import _torch
+
+        attr_map = dict(zip((a.name for a in op.attrs), values, strict=True))
+        return _torch.call(op, full, attr_map, out, stream)
     # The stream first: torch / CuPy need the device of the lead input to name theirs.
     if stream is None:
         if fw.name in ("torch", "cupy"):
@@ -672,11 +699,11 @@ def _general(
                 f"{op.name}: {t.name} must be a mutable array (the op writes it in place), got "
                 f"an immutable {written.fw.name} array"
             )
+
     if fw.name == "torch" and not below_autograd and _needs_autograd(full):
         from .. import _torch
 
         return _torch.call_autograd(op, full, values, out, stream)
-
     attr_map = dict(zip((a.name for a in op.attrs), values, strict=True))
     metas = {
         n: None if i is None else Meta(tuple(i.shape), tuple(i.strides), i.dtype, _align(i.ptr))

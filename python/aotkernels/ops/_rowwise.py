@@ -48,6 +48,8 @@ from ._op import Args, Meta
 __all__ = [
     "RowwiseConfig",
     "check_eps",
+    "joint_layout2",
+    "row_layout2",
     "rowwise_config",
     "same_dtype",
     "vector_operand",
@@ -128,6 +130,70 @@ def rowwise_config(
 
 
 # --- argument checks -----------------------------------------------------------------------------
+
+
+def row_layout2(op: str, arg: str, meta: Meta) -> tuple[int, int, int, int]:
+    """``meta`` as rows of its last dimension with a two-level row index:
+    (rows, inner, row stride, outer stride).
+
+    Row r starts at ``(r // inner) * outer + (r % inner) * row_stride`` when ``inner > 1``: a
+    [tokens, heads, head_dim] slice of a fused QKV buffer (``qkv[:, :q_size].view(T, H, D)``)
+    has independent token and head strides. Leading dimensions that collapse into one row
+    stride give ``inner == 0`` (one level, as ``row_layout``); more than two levels are a
+    ``ValueError``.
+    """
+    shape, strides = meta.shape, meta.strides
+    if not shape:
+        return 1, 0, 1, 0
+    cols = shape[-1]
+    rows = math.prod(shape[:-1])
+    if rows * cols == 0:
+        return rows, 0, cols, 0  # nothing to launch
+    if cols != 1 and strides[-1] != 1:
+        raise ValueError(
+            f"{op}: {arg} must have a contiguous last dimension (stride 1), got strides "
+            f"{tuple(strides)} for shape {tuple(shape)}; pass a contiguous copy"
+        )
+    runs: list[tuple[int, int]] = []  # (count, stride), innermost first
+    for n, st in zip(reversed(shape[:-1]), reversed(strides[:-1]), strict=True):
+        if n == 1:
+            continue
+        if runs and st == runs[-1][0] * runs[-1][1]:
+            runs[-1] = (runs[-1][0] * n, runs[-1][1])
+        else:
+            runs.append((n, st))
+    if not runs:
+        return rows, 0, cols, 0
+    if len(runs) == 1:
+        return rows, 0, runs[0][1], 0
+    if len(runs) == 2:
+        return rows, runs[0][0], runs[0][1], runs[1][1]
+    raise ValueError(
+        f"{op}: {arg}'s leading dimensions must collapse into at most two row strides (e.g. "
+        f"tokens and heads), got strides {tuple(strides)} for shape {tuple(shape)}; pass a "
+        "contiguous copy"
+    )
+
+
+def joint_layout2(op: str, x: Meta, out: Meta) -> tuple[int, int, tuple[int, int], tuple[int, int]]:
+    """One two-level row split that fits x and out (same leading shape; out may have its own
+    last dimension): (rows, inner, (x row stride, x outer), (out row stride, out outer)).
+
+    A one-level array takes the other's split (its outer stride is then inner * row stride);
+    two different two-level splits are a ``ValueError``.
+    """
+    rows, inner, x_rs, x_outer = row_layout2(op, "x", x)
+    _, o_inner, o_rs, o_outer = row_layout2(op, "out", out)
+    if inner > 1 and o_inner > 1 and o_inner != inner:
+        raise ValueError(
+            f"{op}: out's rows must split like x's ({rows // inner} x {inner}), got strides "
+            f"{tuple(out.strides)} for shape {tuple(out.shape)}; pass a contiguous out"
+        )
+    if o_inner > 1 and inner <= 1:
+        inner, x_outer = o_inner, o_inner * x_rs
+    elif inner > 1 and o_inner <= 1:
+        o_outer = inner * o_rs
+    return rows, inner, (x_rs, x_outer), (o_rs, o_outer)
 
 
 def same_dtype(op: str, arg: str, meta: Meta, x: Meta) -> None:

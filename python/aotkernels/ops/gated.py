@@ -102,8 +102,21 @@ GELU_AND_MUL = _gated(
 )
 
 
-def silu_and_mul(x: Any, *, out: Any = None, stream: Any = None) -> Any:
-    """``silu(x[..., :d]) * x[..., d:]`` for x of shape [..., 2d]; returns [..., d]."""
+def silu_and_mul(
+    x: Any, *, out_dtype: Any = None, scale: Any = None, out: Any = None, stream: Any = None
+) -> Any:
+    """``silu(x[..., :d]) * x[..., d:]`` for x of shape [..., 2d]; returns [..., d].
+
+    ``out_dtype="float8_e4m3fn"`` / ``"float8_e5m2"`` quantizes the f32 result on store and
+    returns ``(q, scale)``: static with ``scale=`` (float32, one element), else one dynamic
+    scale per row (``aotkernels.ops.quant``).
+    """
+    if out_dtype is not None or scale is not None:
+        from . import quant
+
+        fp8 = quant.fp8_out_dtype("silu_and_mul", x, out_dtype, scale)
+        if fp8 is not None:
+            return quant.silu_and_mul_fp8(x, fp8, scale, out, stream)
     return SILU_AND_MUL(x, out=out, stream=stream)
 
 

@@ -25,6 +25,14 @@ for 1-byte dtypes both operands K-major (``a`` row-major, ``b`` column-major). E
 layout, alignment and size (64-bit indexing, one block per tile along grid.x).
 ``AOTKERNELS_GEMM_PATH=mma_sync|wgmma|tcgen05`` forces a path (tests use it to run every path
 on one GPU).
+
+Batches (``matmul`` on [..., M, K] @ [..., K, N]): one launch walks every matrix, the k-th of
+a / b / out ``k`` batch strides further on (0 for broadcast operands); the batch dims must
+collapse into one stride each (contiguous, broadcast and expanded batches do). mma.sync runs one
+matrix per grid.z; wgmma walks the tiles of every matrix from its persistent grid, each batched
+operand's matrices folded into its TMA map's outer dimension (whole rows apart; an M/N-major
+operand also needs K a multiple of the 64-element stage). ``[B, M, K] @ [K, N]`` with a's rows
+back to back is one GEMM of B * M rows. tcgen05 takes one matrix per launch.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import math
 import os
 from typing import Any, NamedTuple
 
+from ..arch_matrix import split_dtype
 from ..arrays import ITEMSIZE, dtype_name
 from ..errors import NoKernelImageError
 from ._op import (
@@ -55,6 +64,8 @@ __all__ = ["matmul", "scaled_mm"]
 FAMILY = "gemm"
 MATMUL_DTYPES = ("f16", "bf16")
 SCALED_DTYPES = ("fp8_e4m3", "fp8_e5m2", "int8")
+_FP8 = ("fp8_e4m3", "fp8_e5m2")
+_MAX_GRID_YZ = 65535  # CUDA grid.z limit (mma.sync: one matrix per grid.z)
 _OUT_CODES = {"f32": 0, "f16": 1, "bf16": 2, "int32": 3}
 # CUtensorMapDataType: UINT8 = 0 (fp8 and int8 move as bytes), FLOAT16 = 6, BFLOAT16 = 9.
 _TMA_TYPES = {"f16": 6, "bf16": 9, "fp8_e4m3": 0, "fp8_e5m2": 0, "int8": 0}
@@ -124,23 +135,30 @@ def _pick(
     layout: str,
     tma_ok: bool,
     fam: Any,
+    batch: int = 1,
 ) -> _Pick:
-    """The variant for one call (the tile table in the module docstring)."""
+    """The variant for one call (the tile table in the module docstring). ``dtype`` names the
+    entries (``"<a>x<b>"`` for mixed fp8 operands); ``batch`` matrices share the launch."""
     forced = os.environ.get("AOTKERNELS_GEMM_PATH", "")
     if forced and forced not in _PATHS:
         raise ValueError(f"AOTKERNELS_GEMM_PATH must be one of {', '.join(_PATHS)}, got {forced!r}")
+    if forced == "tcgen05" and batch > 1:
+        raise NotImplementedError(
+            f"{op}: AOTKERNELS_GEMM_PATH=tcgen05 takes one matrix per call, got a batch of "
+            f"{batch} (the tcgen05 kernels have no batch loop; unset it for batched matmul)"
+        )
     sms = fam.device.sm_count
-    if ITEMSIZE[dtype] == 1 and layout != "kk":
+    if ITEMSIZE[split_dtype(dtype)[0]] == 1 and layout != "kk":
         tma_ok = False  # 8-bit wgmma / tcgen05 read both operands K-major only
     order: list[str] = []
     if tma_ok and k >= 1:
-        if _tcgen05_enabled() or forced == "tcgen05":
+        if (_tcgen05_enabled() or forced == "tcgen05") and batch == 1:
             order.append("tc_128x256")
-        big = math.ceil(m / 128) * math.ceil(n / 256)
+        big = batch * math.ceil(m / 128) * math.ceil(n / 256)
         # Measured on an H200 (bf16, K = 4096): 64x128 tiles win for M <= 128 (M = 128,
         # N = 4096: 272 vs 90 TFLOP/s), 128x256 tiles for large shapes (8192^3: 811 vs 501).
         order.append("wg_64x128" if m <= 128 or big < sms // 2 else "wg_128x256")
-    tiles = math.ceil(m / 128) * math.ceil(n / 128)
+    tiles = batch * math.ceil(m / 128) * math.ceil(n / 128)
     order.append("mma_128x128" if tiles >= sms else "mma_64x64")
     base = f"ak_{op}_{dtype}_"
     for variant in order:
@@ -152,13 +170,14 @@ def _pick(
             return _Pick(symbol, variant, path)
     dev = fam.device
     where = f"device {dev.index} ({dev.name}, cc {dev.cc_str}) runs image {fam.choice.target}"
+    what = " x ".join(dtype_name(d) for d in split_dtype(dtype))
     if forced:
         raise NoKernelImageError(
-            f"{op}: AOTKERNELS_GEMM_PATH={forced} has no {dtype_name(dtype)} kernel for this "
+            f"{op}: AOTKERNELS_GEMM_PATH={forced} has no {what} kernel for this "
             f"call ({where}; the {forced} path needs TMA-legal operands and its target)"
         )
     raise NoKernelImageError(
-        f"{op}: no {dtype_name(dtype)} GEMM kernel for {where}; {dtype_name(dtype)} needs "
+        f"{op}: no {what} GEMM kernel for {where}; {what} needs "
         "tensor cores this GPU lacks (fp8: sm_89+, bf16: sm_80+)"
     )
 
@@ -237,9 +256,14 @@ def _scales(a: Args, dtype: str, m: int, n: int, k: int) -> _Scales:
 
 
 def _tensor_maps(
-    pick: _Pick, fam: Any, a: Meta, la: _Operand, b: Meta, lb: _Operand, m: int, n: int, k: int
-) -> tuple[TensorMap, ...]:
-    """TMA descriptors of a and b, as the kernels expect them (arch_matrix.toml, gemm)."""
+    pick: _Pick, fam: Any, a: Meta, la: _Operand, b: Meta, lb: _Operand, m: int, n: int, k: int,
+    folds: tuple[int, int] = (0, 0),
+) -> tuple[TensorMap, ...]:  # fmt: skip
+    """TMA descriptors of a and b, as the kernels expect them (arch_matrix.toml, gemm).
+
+    ``folds``: rows (of the map's outer dimension) that the other matrices of a batch add to
+    a's and b's maps (the kernels offset their outer coordinate by ``z * batch stride / ld``).
+    """
     if pick.path == "mma_sync":
         return ()
     v = fam.variants[pick.variant]
@@ -247,11 +271,12 @@ def _tensor_maps(
     bk = int(v["k_bytes"]) // item
     box_inner = 128 // item
     maps = []
-    for name, info, ld, outer_extent, tile, k_major in (
-        ("a", a, la.ld, m, int(v["bm"]), la.major == "k"),
-        ("b", b, lb.ld, n, int(v["bn"]), lb.major == "k"),
+    for name, info, ld, outer_extent, tile, k_major, fold in (
+        ("a", a, la.ld, m, int(v["bm"]), la.major == "k", folds[0]),
+        ("b", b, lb.ld, n, int(v["bn"]), lb.major == "k", folds[1]),
     ):
         inner, outer = (k, outer_extent) if k_major else (outer_extent, k)
+        outer += fold
         maps.append(
             TensorMap(
                 f"tmap_{name}",
@@ -278,6 +303,28 @@ class _Problem(NamedTuple):
     out_dtype: str
     scales: _Scales
     bias: Meta | None
+    batch: tuple[int, ...]  # the broadcast batch shape (matmul), () for one matrix
+    entry_dtype: str  # names the entries: a's dtype, or "<a>x<b>" for mixed fp8
+
+
+def _broadcast(op: str, sa: tuple[int, ...], sb: tuple[int, ...]) -> tuple[int, ...]:
+    """torch.matmul's batch shape: a's and b's leading dims broadcast together."""
+    rank = max(len(sa), len(sb))
+    pa, pb = (1,) * (rank - len(sa)) + sa, (1,) * (rank - len(sb)) + sb
+    shape = []
+    for x, y in zip(pa, pb, strict=True):
+        if x != y and 1 not in (x, y):
+            raise ValueError(
+                f"{op}: the batch dims of a {sa} and b {sb} must broadcast (equal or 1), got "
+                f"{x} against {y}"
+            )
+        shape.append(y if x == 1 else x)
+    return tuple(shape)
+
+
+def _matrix(info: Meta) -> Meta:
+    """The last two dims of a batched operand: one matrix."""
+    return info._replace(shape=tuple(info.shape[-2:]), strides=tuple(info.strides[-2:]))
 
 
 def _problem(a: Args) -> _Problem:
@@ -285,17 +332,33 @@ def _problem(a: Args) -> _Problem:
     op = a.op
     am, bm = a.need("a"), a.need("b")
     check_dtype(op, "a", am, MATMUL_DTYPES if op == "matmul" else SCALED_DTYPES)
-    if bm.dtype != am.dtype:
+    mixed = op == "scaled_mm" and am.dtype != bm.dtype and {am.dtype, bm.dtype} == set(_FP8)
+    if bm.dtype != am.dtype and not mixed:
+        other = " or the other fp8 type" if am.dtype in _FP8 else ""
         raise TypeError(
-            f"{op}: b.dtype must equal a.dtype ({dtype_name(am.dtype)}), got {dtype_name(bm.dtype)}"
+            f"{op}: b.dtype must equal a.dtype ({dtype_name(am.dtype)}){other}, got "
+            f"{dtype_name(bm.dtype)}"
         )
+    batch: tuple[int, ...] = ()
+    if op == "matmul":
+        # Batched: leading dims broadcast as torch.matmul's do; each matrix is [M, K] / [K, N].
+        for arg, arr, want in (("a", am, "[..., M, K]"), ("b", bm, "[..., K, N]")):
+            if len(arr.shape) < 2:
+                raise ValueError(
+                    f"{op}: {arg} must be at least 2-D {want}, got shape {tuple(arr.shape)}"
+                )
+        batch = _broadcast(op, tuple(am.shape[:-2]), tuple(bm.shape[:-2]))
+        am, bm = _matrix(am), _matrix(bm)
     la = _matrix_layout(op, "a", am, "m")
     lb = _matrix_layout(op, "b", bm, "n")
     (m, k), (k2, n) = am.shape, bm.shape
     if k2 != k:
-        raise ValueError(
-            f"{op}: b.shape[0] must equal a.shape[1] ({k}), got b.shape {tuple(bm.shape)}"
-        )
+        b_shape = tuple(a.need("b").shape)
+        if len(a.need("a").shape) > 2 or len(b_shape) > 2:
+            where = "b.shape[-2] must equal a.shape[-1]"
+        else:
+            where = "b.shape[0] must equal a.shape[1]"
+        raise ValueError(f"{op}: {where} ({k}), got b.shape {b_shape}")
     out_dtype = a.attr("out_dtype")
     if op == "matmul":
         odt = am.dtype if out_dtype is None else out_dtype
@@ -331,12 +394,74 @@ def _problem(a: Args) -> _Problem:
                 f"{op}: bias must be contiguous, got stride {bias.strides[0]}; pass a "
                 "contiguous copy"
             )
-    return _Problem(la, lb, m, n, k, odt, sc, bias)
+    entry = f"{am.dtype}x{bm.dtype}" if mixed else am.dtype
+    return _Problem(la, lb, m, n, k, odt, sc, bias, batch, entry)
 
 
 def _shapes(a: Args) -> tuple[OutSpec, ...]:
     p = _problem(a)
-    return (OutSpec((p.m, p.n), p.out_dtype),)
+    return (OutSpec((*p.batch, p.m, p.n), p.out_dtype),)
+
+
+class _Batch(NamedTuple):
+    """``n`` matrices, the k-th of a / b / out ``k`` times a / b / d elements on (0: the same
+    matrix for all, a broadcast)."""
+
+    n: int
+    a: int
+    b: int
+    d: int
+
+
+def _lead_strides(info: Meta, rank: int) -> list[int]:
+    """Strides of ``info``'s batch dims right-aligned to ``rank`` dims (0 where broadcast)."""
+    lead = len(info.shape) - 2
+    out = [0] * (rank - lead)
+    out += [st if n != 1 else 0 for n, st in zip(info.shape[:-2], info.strides[:-2], strict=True)]
+    return out
+
+
+def _batch(op: str, am: Meta, bm: Meta, om: Meta, shape: tuple[int, ...]) -> _Batch:
+    """The batch dims as one (count, stride of a, b, out): dims merge where all three step
+    through them uniformly; ``NotImplementedError`` when they do not collapse."""
+    rank = len(shape)
+    cols = zip(shape, _lead_strides(am, rank), _lead_strides(bm, rank), om.strides[:-2],
+               strict=True)  # fmt: skip
+    dims: list[tuple[int, int, int, int]] = []
+    for size, sa, sb, sd in cols:
+        if size == 1:
+            continue
+        if dims and dims[-1][1:] == (sa * size, sb * size, sd * size):
+            dims[-1] = (dims[-1][0] * size, sa, sb, sd)
+            continue
+        dims.append((size, sa, sb, sd))
+    if not dims:
+        return _Batch(1, 0, 0, 0)
+    if len(dims) > 1:
+        raise NotImplementedError(
+            f"{op}: the batch dims of a {tuple(am.shape)}, b {tuple(bm.shape)} and out "
+            f"{tuple(om.shape)} must collapse into one stride each (a, b and out stepping "
+            "uniformly, or broadcast), got batch dims that do not; pass contiguous operands or "
+            "reshape the batch"
+        )
+    return _Batch(*dims[0])
+
+
+def _tma_fold(lay: _Operand, bs: int, batch: int, extent: int, k: int, bk: int) -> int | None:
+    """Rows a batched operand adds to its TMA map's outer dimension, or None when its batch
+    cannot fold into one 2-D map: the batch stride must be whole rows, and an M/N-major
+    operand (whose outer dimension is K) must have no partial last K stage, which would read
+    the next matrix's rows instead of zeros."""
+    if bs == 0 or batch == 1:
+        return 0
+    if bs < 0 or bs % lay.ld:
+        return None
+    rows = bs // lay.ld
+    if lay.major != "k" and k % bk:
+        return None
+    if (batch - 1) * rows + extent >= 2**31:  # TMA coordinates are 32-bit
+        return None
+    return (batch - 1) * rows
 
 
 def _launch(a: Args) -> list[Launch]:
@@ -344,15 +469,21 @@ def _launch(a: Args) -> list[Launch]:
     p = _problem(a)
     m, n, k = p.m, p.n, p.k
     oi = a.out("out")
-    if m and n and not (oi.strides[1] == 1 or n == 1):
+    if m and n and not (oi.strides[-1] == 1 or n == 1):
         raise ValueError(
             f"{op}: out must be row-major (unit stride along N), got strides {tuple(oi.strides)}"
         )
-    ldd = oi.strides[0] if m > 1 else n
-    if m == 0 or n == 0:
+    ldd = oi.strides[-2] if m > 1 else n
+    if m == 0 or n == 0 or math.prod(p.batch) == 0:
         return []
     am, bm = a.need("a"), a.need("b")
+    bt = _batch(op, am, bm, oi, p.batch) if p.batch else _Batch(1, 0, 0, 0)
+    am, bm = _matrix(am), _matrix(bm)
     la, lb, sc = p.la, p.lb, p.scales
+    fold_m = bt.n > 1 and bt.b == 0 and la.major == "k" and bt.a == m * la.ld
+    if fold_m and bt.d == m * ldd:
+        # [batch, M, K] rows back to back times one b: a single GEMM of batch * M rows.
+        m, bt = m * bt.n, _Batch(1, 0, 0, 0)
     fam = a.family()
     layout = ("k" if la.major == "k" else "m") + ("k" if lb.major == "k" else "n")
     # TMA box coordinates are signed 32-bit: extents of 2**31 or more run the mma.sync path,
@@ -362,15 +493,31 @@ def _launch(a: Args) -> list[Launch]:
         and _tma_legal(am, la, k if la.major == "k" else m)
         and _tma_legal(bm, lb, k if lb.major == "k" else n)
     )
-    pick = _pick(op, am.dtype, m, n, k, layout, tma_ok, fam)
+    folds: tuple[int | None, int | None] = (0, 0)
+    if tma_ok and bt.n > 1:
+        bk = min(int(v["k_bytes"]) for v in fam.variants.values() if v["path"] != "mma_sync")
+        bk //= ITEMSIZE[am.dtype]
+        folds = (
+            _tma_fold(la, bt.a, bt.n, m if la.major == "k" else k, k, bk),
+            _tma_fold(lb, bt.b, bt.n, n if lb.major == "k" else k, k, bk),
+        )
+        tma_ok = folds[0] is not None and folds[1] is not None
+    pick = _pick(op, p.entry_dtype, m, n, k, layout, tma_ok, fam, bt.n)
     v = fam.variants[pick.variant]
     flags = (_FLAG_A_MMAJOR if la.major == "m" else 0) | (_FLAG_B_KMAJOR if lb.major == "k" else 0)
     flags |= _FLAG_BIAS if p.bias is not None else 0
     bm_tile, bn_tile = int(v["bm"]), int(v["bn"])
     if pick.path == "mma_sync":
-        grid = (math.ceil(m / bm_tile) * math.ceil(n / bn_tile), 1, 1)  # one block per tile
+        # One block per tile along grid.x (any number of tile rows), one matrix per grid.z.
+        grid = (math.ceil(m / bm_tile) * math.ceil(n / bn_tile), 1, bt.n)
+        if bt.n > _MAX_GRID_YZ:
+            raise NotImplementedError(
+                f"{op}: a batch of at most {_MAX_GRID_YZ} matrices runs on the {pick.path} path "
+                f"(one per grid.z), got {bt.n}; split the batch"
+            )
     else:
-        grid = (min(math.ceil(m / bm_tile) * math.ceil(n / bn_tile), fam.device.sm_count), 1, 1)
+        tiles = bt.n * math.ceil(m / bm_tile) * math.ceil(n / bn_tile)
+        grid = (min(tiles, fam.device.sm_count), 1, 1)
     args = {
         "d": "out", "a": "a", "b": "b",
         "scale_a": "scale_a" if sc.a is not None else None,
@@ -378,10 +525,11 @@ def _launch(a: Args) -> list[Launch]:
         "bias": "bias" if p.bias is not None else None,
         "m": m, "n": n, "k": k, "lda": la.ld, "ldb": lb.ld, "ldd": ldd,
         "sa_s0": sc.sa[0], "sa_s1": sc.sa[1], "sb_s0": sc.sb[0], "sb_s1": sc.sb[1],
+        "batch": bt.n, "a_bs": bt.a, "b_bs": bt.b, "d_bs": bt.d,
         "flags": flags, "out_dtype": _OUT_CODES[p.out_dtype],
         "scale_mode_a": sc.mode_a, "scale_mode_b": sc.mode_b,
     }  # fmt: skip
-    maps = _tensor_maps(pick, fam, am, la, bm, lb, m, n, k)
+    maps = _tensor_maps(pick, fam, am, la, bm, lb, m, n, k, (folds[0] or 0, folds[1] or 0))
     return [Launch(pick.symbol, grid, (int(v["threads"]),), args, int(v["smem"]), maps)]
 
 
@@ -395,20 +543,24 @@ def _matmul_backward(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]
     transposes are views. dC is taken in a's dtype (the operands' tensor-core type)."""
     a, b = ctx.saved["a"], ctx.saved["b"]
     (g,) = grads
+    res = {}
+    if ctx.needs.get("bias"):
+        # The bias gradient: dC summed over every row of every matrix, in the bias dtype.
+        res["bias"] = g.reshape(-1, g.shape[-1]).float().sum(0).to(g.dtype)
     if g.dtype != a.dtype:
         g = g.to(a.dtype)
-    res = {}
+    # Batched: a broadcast operand's gradient sums over the dims it was broadcast along.
     if ctx.needs["a"]:
-        res["a"] = matmul(g, b.mT)
+        res["a"] = matmul(g, b.mT).sum_to_size(a.shape)
     if ctx.needs["b"]:
-        res["b"] = matmul(a.mT, g)
+        res["b"] = matmul(a.mT, g).sum_to_size(b.shape)
     return res
 
 
 MATMUL = Op(
     name="matmul",
     family=FAMILY,
-    inputs=(Tensor("a"), Tensor("b")),
+    inputs=(Tensor("a"), Tensor("b"), Tensor("bias", optional=True)),
     attrs=(Attr("out_dtype", "dtype?", None),),
     outputs=(Output("out"),),
     shapes=_shapes,
@@ -435,25 +587,42 @@ SCALED_MM = Op(
 )
 
 
-def matmul(a: Any, b: Any, out_dtype: Any = None, *, out: Any = None, stream: Any = None) -> Any:
-    """``a @ b`` on tensor cores: f16 / bf16 operands, f32 accumulation.
+def matmul(
+    a: Any,
+    b: Any,
+    out_dtype: Any = None,
+    *,
+    bias: Any = None,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
+    """``a @ b (+ bias)`` on tensor cores: f16 / bf16 operands, f32 accumulation.
 
     Parameters
     ----------
-    a : CUDA array [M, K], float16 or bfloat16, row- or column-major (strides tell)
-    b : CUDA array [K, N], the same dtype, row- or column-major
+    a : CUDA array [..., M, K], float16 or bfloat16; each matrix row- or column-major
+        (strides tell)
+    b : CUDA array [..., K, N], the same dtype, each matrix row- or column-major
+        The leading (batch) dims broadcast against a's as in ``torch.matmul`` (stride 0 for
+        broadcast dims included); the result is [*batch, M, N]. The batch dims of a, b and
+        out must collapse into one stride each (contiguous, broadcast and expanded batches do;
+        others raise ``NotImplementedError``).
     out_dtype : dtype, optional
         float16, bfloat16 or float32 (string, NumPy/ml_dtypes, torch or JAX dtype); default
         a's dtype. Results are rounded once, from the f32 accumulator.
-    out : CUDA array [M, N], optional
-        Row-major (unit stride along N; any row stride); must not overlap a or b.
+    bias : CUDA array (N,) of the output dtype, contiguous, optional
+        Added to every row (of every matrix) in f32 before the rounding, as ``F.linear``.
+    out : CUDA array [*batch, M, N], optional
+        Each matrix row-major (unit stride along N; any row and batch strides); must not
+        overlap a, b or bias.
     stream : int or stream object, optional
         Defaults to the current stream of a's framework.
 
-    Any M, N, K (K = 0 gives zeros). Operands that are not 16-byte aligned or whose row stride
-    is not a multiple of 16 bytes run the slower mma.sync path on Hopper.
+    Any M, N, K (K = 0 gives zeros, plus bias). Operands that are not 16-byte aligned or whose
+    row stride is not a multiple of 16 bytes run the slower mma.sync path on Hopper, as do
+    batched M/N-major operands whose K is not a multiple of 64.
     """
-    return MATMUL(a, b, out_dtype=out_dtype, out=out, stream=stream)
+    return MATMUL(a, b, bias, out_dtype=out_dtype, out=out, stream=stream)
 
 
 def scaled_mm(
@@ -472,7 +641,8 @@ def scaled_mm(
     Parameters
     ----------
     a : CUDA array [M, K]; b : CUDA array [K, N] — the same dtype, float8_e4m3fn,
-        float8_e5m2 or int8. Hopper's fast path wants a row-major and b column-major (both
+        float8_e5m2 or int8, or one e4m3 and one e5m2 (fp8 training's gradient x weight
+        products; sm_89+). Hopper's fast path wants a row-major and b column-major (both
         K-major, as ``torch._scaled_mm``); other layouts run the mma.sync path.
     scale_a, scale_b : float32 CUDA arrays, or both None (no scaling)
         Per tensor: one element each. Per row / column: scale_a (M,) or (M, 1), scale_b (N,)

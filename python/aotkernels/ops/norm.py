@@ -2,9 +2,13 @@
 
 f32 / f16 / bf16; weight and bias in x's dtype; f32 accumulation and one rounding on store.
 x may be strided by rows (``x[:, :h]``, ``x[::2]``) and start at any element; its last dimension
-must be contiguous. Any hidden size: rows up to 128 KiB (64 KiB for fused_add_rms_norm, whose
-residual loads need the registers) stay in registers (one read, one write); longer rows are
-streamed twice (three times for layer_norm) from global memory.
+must be contiguous. rms_norm also takes rows with two independent strides (q or k heads of a
+fused QKV buffer, [tokens, heads, head_dim]). ``gemma=True`` applies the weight as
+``(1 + weight)`` (Gemma's RMSNorm). ``out_dtype="float8_e4m3fn"`` / ``"float8_e5m2"`` fuses
+the fp8 quantization of the result into the store (``aotkernels.ops.quant``). Any hidden size:
+rows up to 128 KiB (64 KiB for fused_add_rms_norm, whose residual loads need the registers)
+stay in registers (one read, one write); longer rows are streamed twice (three times for
+layer_norm) from global memory.
 
 ``rms_norm_backward`` / ``layer_norm_backward`` give the gradients of x, weight (and bias),
 mean and rstd recomputed from x; torch autograd through ``rms_norm`` / ``layer_norm`` runs them.
@@ -33,7 +37,15 @@ from ._op import (
     check_dtype,
     row_layout,
 )
-from ._rowwise import check_eps, rowwise_config, same_dtype, vector_operand, vectorizable
+from ._rowwise import (
+    check_eps,
+    joint_layout2,
+    row_layout2,
+    rowwise_config,
+    same_dtype,
+    vector_operand,
+    vectorizable,
+)
 
 __all__ = [
     "fused_add_rms_norm",
@@ -45,8 +57,9 @@ __all__ = [
 
 FAMILY = "norm"
 DTYPES = ("f32", "f16", "bf16")
-_HAS_WEIGHT, _HAS_BIAS = 1, 2  # ak_norm_params.flags (kernels/norm/norm.cuh)
+_HAS_WEIGHT, _HAS_BIAS, _GEMMA = 1, 2, 4  # ak_norm_params.flags (kernels/norm/norm.cuh)
 _EPS = Attr("eps", "float", 1e-6)
+_GEMMA_ATTR = Attr("gemma", "bool", False)
 
 
 def _check_x(a: Args) -> tuple[Meta, int]:
@@ -55,7 +68,11 @@ def _check_x(a: Args) -> tuple[Meta, int]:
     check_dtype(a.op, "x", x, DTYPES)
     if not x.shape:
         raise ValueError(f"{a.op}: x must have at least 1 dimension, got a 0-d array")
-    row_layout(a.op, "x", x)  # layout checks before anything is allocated
+    # layout checks before anything is allocated; rms_norm rows may have two levels
+    if a.op == "rms_norm":
+        row_layout2(a.op, "x", x)
+    else:
+        row_layout(a.op, "x", x)
     check_eps(a.op, a.attr("eps"))
     return x, x.shape[-1]
 
@@ -72,33 +89,43 @@ def _norm_launch(a: Args, kernel: str, written: str, residual: str | None) -> li
     """One launch of ``ak_<kernel>_<dtype>`` writing ``written`` (out, or x in place)."""
     x = a.need("x")
     hidden = x.shape[-1]
-    rows, x_rs = row_layout(a.op, "x", x)
+    o = a.out(written) if written == "out" else x
+    inner, outer = 0, (0, 0)
+    if kernel == "rms_norm":  # two-level rows: row r at (r // inner) * outer + (r % inner) * rs
+        rows, inner, (x_rs, x_outer), (o_rs, o_outer) = joint_layout2(a.op, x, o)
+        outer = (x_outer, o_outer)
+    else:
+        rows, x_rs = row_layout(a.op, "x", x)
+        o_rs = row_layout(a.op, written, o)[1]
     if rows * hidden == 0:
         return []  # empty: nothing to read or write, no launch
-    o = a.out(written) if written == "out" else x
-    o_rs = row_layout(a.op, written, o)[1]
     r = a[residual] if residual else None
     r_rs = row_layout(a.op, "residual", r)[1] if r is not None else 0
     w, b = a["weight"], a["bias"] if "bias" in a.names else None
     item = ITEMSIZE[x.dtype]
-    strides = (x_rs, o_rs, r_rs)
+    strides = (x_rs, o_rs, r_rs) + (outer if inner > 1 else ())
     vec = vectorizable(hidden, item, (o, x, r, w, b), strides, rows)
     cfg = rowwise_config(rows, hidden, item, a.sm_count, vec)
     flags = (_HAS_WEIGHT if w is not None else 0) | (_HAS_BIAS if b is not None else 0)
+    flags |= _GEMMA if a.attrs.get("gemma") else 0
     args = {
         "out": written, "x": "x", "residual": residual,
         "weight": "weight" if w is not None else None, "bias": "bias" if b is not None else None,
-        "rows": rows, "hidden": hidden, "x_row_stride": x_rs, "out_row_stride": o_rs,
-        "residual_row_stride": r_rs, "eps": a.attr("eps"), "flags": flags,
+        "rows": rows, "hidden": hidden, "inner": inner, "x_row_stride": x_rs,
+        "out_row_stride": o_rs, "residual_row_stride": r_rs, "x_outer_stride": outer[0],
+        "out_outer_stride": outer[1], "eps": a.attr("eps"), "flags": flags,
         "vecs_per_thread": cfg.vecs_per_thread,
     }  # fmt: skip
     return [Launch(f"ak_{kernel}_{x.dtype}", cfg.grid, cfg.block, args)]
 
 
 def _rms_norm_grad(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
-    """Through rms_norm_backward (a contiguous grad: autograd may broadcast it)."""
+    """Through rms_norm_backward (a contiguous grad: autograd may broadcast it). Gemma's
+    (1 + weight) is an ordinary weight to the backward: dx takes it (rounded once to the weight
+    dtype), and d/dweight equals d/d(1 + weight)."""
     s = ctx.saved
-    dx, dw = rms_norm_backward(grads[0].contiguous(), s["x"], s["weight"], eps=ctx.attr("eps"))
+    w = s["weight"] + 1 if ctx.attr("gemma") else s["weight"]
+    dx, dw = rms_norm_backward(grads[0].contiguous(), s["x"], w, eps=ctx.attr("eps"))
     return {"x": dx, "weight": dw}
 
 
@@ -106,7 +133,7 @@ RMS_NORM = Op(
     name="rms_norm",
     family=FAMILY,
     inputs=(Tensor("x"), Tensor("weight")),
-    attrs=(_EPS,),
+    attrs=(_EPS, _GEMMA_ATTR),
     outputs=(Output("out", inplace_of="x"),),
     shapes=_norm_shapes,
     launch=lambda a: _norm_launch(a, "rms_norm", "out", None),
@@ -132,7 +159,7 @@ FUSED_ADD_RMS_NORM = Op(
     name="fused_add_rms_norm",
     family=FAMILY,
     inputs=(Tensor("x", mutated=True), Tensor("residual", mutated=True), Tensor("weight")),
-    attrs=(_EPS,),
+    attrs=(_EPS, _GEMMA_ATTR),
     outputs=(),
     shapes=_fused_add_shapes,
     launch=lambda a: _norm_launch(a, "fused_add_rms_norm", "x", "residual"),
@@ -216,32 +243,71 @@ LAYER_NORM_BACKWARD = Op(
 )
 
 
-def rms_norm(x: Any, weight: Any, eps: float = 1e-6, *, out: Any = None, stream: Any = None) -> Any:
+def rms_norm(
+    x: Any,
+    weight: Any,
+    eps: float = 1e-6,
+    *,
+    gemma: bool = False,
+    out_dtype: Any = None,
+    scale: Any = None,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
     """``out = x * rsqrt(mean(x**2, -1) + eps) * weight`` over the last dimension.
 
     Parameters
     ----------
     x : CUDA array, float32 / float16 / bfloat16, shape [..., hidden]
-        Last dimension contiguous; leading dimensions may be strided by rows.
+        Last dimension contiguous; leading dimensions may be strided by rows, with up to two
+        independent strides (q/k norm on ``qkv[:, :q_size].view(T, H, D)``).
     weight : CUDA array, shape (hidden,), same dtype and device as x, contiguous.
     eps : float
         Added to the mean square before the reciprocal square root.
+    gemma : bool
+        Apply the weight as ``(1 + weight)`` (Gemma's RMSNorm).
+    out_dtype : dtype, optional
+        x's dtype (default), or ``float8_e4m3fn`` / ``float8_e5m2``: the result is quantized
+        on store and the call returns ``(q, scale)`` (see ``aotkernels.ops.quant``).
+    scale : CUDA array, optional
+        fp8 only: a float32 per-tensor scale of one element (static quantization). Without it
+        the scales are dynamic, one per row (out= is then not taken).
     out : CUDA array, optional
-        Result buffer of x's shape and dtype; may be x itself (in place).
+        Result buffer of x's shape and the output dtype; may be x itself (in place).
     stream : int or stream object, optional
         Defaults to the current stream of x's framework.
 
     Returns
     -------
     The normalized array (``out`` when given), in x's framework. Accumulation is f32 and the
-    result is rounded once to x's dtype.
+    result is rounded once to x's dtype. With an fp8 out_dtype: ``(q, scale)``.
     """
-    return RMS_NORM(x, weight, eps=eps, out=out, stream=stream)
+    if out_dtype is not None or scale is not None:
+        fp8 = _quant().fp8_out_dtype("rms_norm", x, out_dtype, scale)
+        if fp8 is not None:
+            return _quant().norm_fp8("rms_norm", (x, weight), eps, gemma, fp8, scale, out,
+                                     stream)  # fmt: skip
+    return RMS_NORM(x, weight, eps=eps, gemma=gemma, out=out, stream=stream)
+
+
+def _quant() -> Any:
+    from . import quant  # imports this module: a late import
+
+    return quant
 
 
 def fused_add_rms_norm(
-    x: Any, residual: Any, weight: Any, eps: float = 1e-6, *, stream: Any = None
-) -> tuple[Any, Any]:
+    x: Any,
+    residual: Any,
+    weight: Any,
+    eps: float = 1e-6,
+    *,
+    gemma: bool = False,
+    out_dtype: Any = None,
+    scale: Any = None,
+    out: Any = None,
+    stream: Any = None,
+) -> Any:
     """``residual += x; x = rms_norm(residual, weight, eps)``, both in place.
 
     The vLLM / FlashInfer convention: the sum ``x + residual`` is computed in f32, rounded to
@@ -257,13 +323,29 @@ def fused_add_rms_norm(
         Overwritten with ``x + residual``. Must not overlap x.
     weight : CUDA array, shape (hidden,), same dtype and device as x, contiguous.
     eps : float
+    gemma : bool
+        Apply the weight as ``(1 + weight)`` (Gemma's RMSNorm).
+    out_dtype, scale, out : optional
+        ``out_dtype="float8_e4m3fn"`` / ``"float8_e5m2"``: x is left unchanged, the
+        normalized sum is quantized into a new fp8 array (or ``out``, static scale only) and
+        the call returns ``(q, residual, scale)``; ``scale`` as in ``rms_norm``. Otherwise
+        ``out`` must be None.
     stream : int or stream object, optional
 
     Returns
     -------
     (x, residual) : the two inputs, updated.
     """
-    res: tuple[Any, Any] = FUSED_ADD_RMS_NORM(x, residual, weight, eps=eps, stream=stream)
+    op = "fused_add_rms_norm"
+    if out_dtype is not None or scale is not None:
+        fp8 = _quant().fp8_out_dtype(op, x, out_dtype, scale)
+        if fp8 is not None:
+            return _quant().norm_fp8(op, (x, residual, weight), eps, gemma, fp8, scale, out,
+                                     stream)  # fmt: skip
+    if out is not None:
+        raise ValueError(f"{op}: out must be None (x is the output) without an fp8 out_dtype")
+    res: tuple[Any, Any] = FUSED_ADD_RMS_NORM(x, residual, weight, eps=eps, gemma=gemma,
+                                              stream=stream)  # fmt: skip
     return res
 
 
@@ -273,6 +355,8 @@ def layer_norm(
     bias: Any = None,
     eps: float = 1e-5,
     *,
+    out_dtype: Any = None,
+    scale: Any = None,
     out: Any = None,
     stream: Any = None,
 ) -> Any:
@@ -287,14 +371,21 @@ def layer_norm(
     weight, bias : CUDA arrays of shape (hidden,), x's dtype and device, contiguous; optional
         (absent: 1 and 0).
     eps : float
+    out_dtype, scale : optional
+        fp8 output and its scale, as in ``rms_norm`` (the call then returns ``(q, scale)``).
     out : CUDA array, optional
-        Result buffer of x's shape and dtype; may be x itself (in place).
+        Result buffer of x's shape and the output dtype; may be x itself (in place).
     stream : int or stream object, optional
 
     Returns
     -------
     The normalized array (``out`` when given), in x's framework.
     """
+    if out_dtype is not None or scale is not None:
+        fp8 = _quant().fp8_out_dtype("layer_norm", x, out_dtype, scale)
+        if fp8 is not None:
+            return _quant().norm_fp8("layer_norm", (x, weight, bias), eps, False, fp8, scale,
+                                     out, stream)  # fmt: skip
     return LAYER_NORM(x, weight, bias, eps=eps, out=out, stream=stream)
 
 

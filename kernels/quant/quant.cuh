@@ -1,0 +1,211 @@
+// fp8 outputs: the norms and silu_and_mul with the quantization of the next GEMM's input fused
+// into their store, and the standalone quantizer. Each op computes y in f32 exactly as its
+// bf16/f16/f32 family does (norm.cuh, gated.cuh) but never rounds y to the input dtype: it is
+// converted once,
+//   q = cvt.rn.satfinite(y * (1 / scale))
+// round to nearest even, saturating to the largest finite fp8 (+-448 e4m3, +-57344 e5m2; inf
+// too), NaN stays NaN: torch's y.div(scale).clamp(-max, max).to(float8) up to the one f32 ulp
+// between y * (1 / scale) and y / scale (vLLM multiplies by the inverse the same way).
+// Scales (`mode`, see arch_matrix.toml): static (given), dynamic per row (max |y| of the row over
+// the fp8 max, amax floored at 1e-10 so that a zero row gets a finite scale), per tensor (four
+// launches on the one-element scale output: zero it, atomicMax the row maxima into it, quantize
+// with the scale derived from it, turn it into that scale) and per 1 x group_size group (rows
+// of `hidden` = group_size elements with a two-level index). A row's max |y| costs one more pass
+// over its registers (or one more streamed read of a long row) before the store.
+#pragma once
+
+#include "ak/activations.cuh"
+#include "ak/reduce.cuh"
+
+namespace ak::quant {
+
+constexpr int kHasWeight = 1;  // ak_quant_params.flags bits
+constexpr int kHasBias = 2;
+constexpr int kGemma = 4;
+constexpr int kE5m2 = 8;
+
+enum Mode { kStatic = 0, kPerRow = 1, kAmax = 2, kFromAmax = 3, kZero = 4, kFinal = 5 };
+
+constexpr float kMinAmax = 1e-10f;
+
+__device__ __forceinline__ float fp8_max(bool e5m2) { return e5m2 ? 57344.f : 448.f; }
+__device__ __forceinline__ float scale_of(float amax, bool e5m2) {
+  return fmaxf(amax, kMinAmax) / fp8_max(e5m2);
+}
+
+// f32 -> fp8 with the scale applied, element j in the low byte.
+struct Fp8 {
+  float inv;
+  bool e5m2;
+
+  __device__ __forceinline__ uint32_t pack2(float lo, float hi) const {
+    unsigned short r;
+    const float a = hi * inv, b = lo * inv;  // cvt puts its first source in the upper byte
+    if (e5m2) {
+      asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(a), "f"(b));
+    } else {
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(a), "f"(b));
+    }
+    return r;
+  }
+  __device__ __forceinline__ uint32_t pack4(float y0, float y1, float y2, float y3) const {
+    return pack2(y0, y1) | (pack2(y2, y3) << 16);
+  }
+  __device__ __forceinline__ uint8_t one(float y) const { return uint8_t(pack2(y, 0.f)); }
+};
+
+// y producers: prepare(row, eps) runs the op's reductions and returns y = f(x, w, b).
+struct quantize_y {
+  static constexpr bool kAddResidual = false, kRowWeight = false, kTwoLevel = true;
+  template <class Row>
+  __device__ __forceinline__ static auto prepare(Row&, float) {
+    return [](float x, float, float) { return x; };
+  }
+};
+
+struct rms_norm_y {
+  static constexpr bool kAddResidual = false, kRowWeight = false, kTwoLevel = false;
+  template <class Row>
+  __device__ __forceinline__ static auto prepare(Row& r, float eps) {
+    const float ss = rowwise::row_sum(r, [](float x) { return x * x; });
+    const float scale = rsqrtf(__fdividef(ss, r.cols()) + eps);
+    const bool gemma = r.row().a.gemma();
+    return [=](float x, float w, float) { return x * scale * (gemma ? w + 1.f : w); };
+  }
+};
+
+// residual = round(x + residual) is written as by the norm family; y normalizes that value.
+struct fused_add_rms_norm_y : rms_norm_y {
+  static constexpr bool kAddResidual = true;
+};
+
+struct layer_norm_y {
+  static constexpr bool kAddResidual = false, kRowWeight = false, kTwoLevel = false;
+  template <class Row>
+  __device__ __forceinline__ static auto prepare(Row& r, float eps) {
+    const float mean = __fdividef(rowwise::row_sum(r, [](float x) { return x; }), r.cols());
+    const float var = __fdividef(rowwise::row_sum(r,
+                                                  [=](float x) {
+                                                    const float d = x - mean;
+                                                    return d * d;
+                                                  }),
+                                 r.cols());
+    const float rstd = rsqrtf(var + eps);
+    return [=](float x, float w, float b) { return (x - mean) * rstd * w + b; };
+  }
+};
+
+// x is the gate half of the row; the up half (x + d, d = `hidden`) is read through the weight
+// slot at x's row offset.
+template <class T>
+struct silu_and_mul_y {
+  static constexpr bool kAddResidual = false, kRowWeight = true, kTwoLevel = false;
+  template <class Row>
+  __device__ __forceinline__ static auto prepare(Row&, float) {
+    return [](float g, float up, float) { return silu_fn<T>()(g) * up; };
+  }
+};
+
+template <class Y_>
+struct quant_fn {
+  using Y = Y_;
+  static constexpr bool kAddResidual = Y::kAddResidual;
+
+  template <class Row>
+  __device__ __forceinline__ void operator()(Row& r, float eps) const {
+    const auto f = Y::prepare(r, eps);
+    const auto& row = r.row();
+    const auto& a = row.a;
+    const bool e5m2 = a.e5m2();
+    const int mode = a.mode();  // uniform over the launch: every thread meets the same barriers
+    float s;
+    if (mode == kStatic) {
+      s = __ldg(a.scale());
+    } else if (mode == kFromAmax) {
+      s = scale_of(*a.scale(), e5m2);
+    } else {
+      float acc[rowwise::kLanes] = {};
+      r.for_each_y(f, [&](float y, int lane) { acc[lane] = fmaxf(acc[lane], fabsf(y)); });
+      float v[1] = {fmaxf(fmaxf(acc[0], acc[1]), fmaxf(acc[2], acc[3]))};
+      r.template group<Max<1>>(v);
+      const bool leader = row.active() && threadIdx.x == 0;
+      if (mode == kAmax) {
+        // Non-negative floats order as their bit patterns.
+        if (leader) atomicMax(reinterpret_cast<unsigned*>(a.scale()), __float_as_uint(v[0]));
+        return;
+      }
+      s = scale_of(v[0], e5m2);
+      if (leader) a.scale_out()[row.index()] = s;
+    }
+    r.store_q(f, Fp8{__frcp_rn(s), e5m2});
+  }
+};
+
+template <class T>
+struct rms_norm_fn : quant_fn<rms_norm_y> {};
+template <class T>
+struct fused_add_rms_norm_fn : quant_fn<fused_add_rms_norm_y> {};
+template <class T>
+struct layer_norm_fn : quant_fn<layer_norm_y> {};
+template <class T>
+struct silu_and_mul_fn : quant_fn<silu_and_mul_y<T>> {};
+template <class T>
+struct quantize_fn : quant_fn<quantize_y> {};
+
+// The row adapter of ak/reduce.cuh over this family's parameters (read in place).
+template <class T_, class Y>
+struct Rows {
+  using T = T_;
+  static constexpr bool kRowWeight = Y::kRowWeight;
+  static constexpr bool kAdd = Y::kAddResidual;
+  const ak_quant_params& p;
+  __device__ __forceinline__ uint8_t* out() const { return static_cast<uint8_t*>(p.out); }
+  __device__ __forceinline__ const T* x() const { return static_cast<const T*>(p.x); }
+  __device__ __forceinline__ T* residual() const {
+    return kAdd ? static_cast<T*>(p.residual) : nullptr;
+  }
+  __device__ __forceinline__ const T* weight() const {
+    if constexpr (kRowWeight) return x() + p.hidden;
+    return (p.flags & kHasWeight) ? static_cast<const T*>(p.weight) : nullptr;
+  }
+  __device__ __forceinline__ const T* bias() const {
+    return (p.flags & kHasBias) ? static_cast<const T*>(p.bias) : nullptr;
+  }
+  __device__ __forceinline__ int64_t rows() const { return p.rows; }
+  __device__ __forceinline__ int64_t cols() const { return p.hidden; }
+  __device__ __forceinline__ int64_t x_stride() const { return p.x_row_stride; }
+  __device__ __forceinline__ int64_t out_stride() const { return p.out_row_stride; }
+  __device__ __forceinline__ int64_t res_stride() const { return kAdd ? p.residual_row_stride : 0; }
+  __device__ __forceinline__ int64_t inner() const { return Y::kTwoLevel ? p.inner : 0; }
+  __device__ __forceinline__ int64_t x_outer() const { return p.x_outer_stride; }
+  __device__ __forceinline__ int64_t out_outer() const { return p.out_outer_stride; }
+  __device__ __forceinline__ static constexpr int64_t res_outer() { return 0; }
+  __device__ __forceinline__ int64_t row_cols(int64_t lo) const {
+    return (inner() > 1 && lo == p.inner - 1) ? p.tail : p.hidden;
+  }
+  __device__ __forceinline__ bool gemma() const { return p.flags & kGemma; }
+  __device__ __forceinline__ bool e5m2() const { return p.flags & kE5m2; }
+  __device__ __forceinline__ int mode() const { return p.mode; }
+  __device__ __forceinline__ float* scale() const { return static_cast<float*>(p.scale); }
+  __device__ __forceinline__ float* scale_out() const { return static_cast<float*>(p.scale_out); }
+};
+
+template <class Op, class T>
+__device__ __forceinline__ void run(const ak_quant_params& p) {
+  if (p.mode == kZero || p.mode == kFinal) {  // the per-tensor amax, before and after
+    if (blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+      float* s = static_cast<float*>(p.scale);
+      *s = p.mode == kZero ? 0.f : scale_of(*s, p.flags & kE5m2);
+    }
+    return;
+  }
+  rowwise::run<Op>(Rows<T, typename Op::Y>{p}, p.vecs_per_thread, p.eps);
+}
+
+}  // namespace ak::quant
+
+#define AK_ENTRY(symbol, op, T)                                          \
+  extern "C" __global__ void __launch_bounds__(ak::rowwise::kMaxThreads) \
+      symbol(const __grid_constant__ ak_quant_params p) {                \
+    ak::quant::run<ak::quant::op##_fn<T>, T>(p);                         \
+  }
