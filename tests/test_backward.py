@@ -973,3 +973,28 @@ def test_launch_args_carry_64_bit_strides() -> None:
                 assert packed["x_row_stride"] == big, (name, packed)
                 assert packed["dy_row_stride"] == big + (48 if "and_mul" in name else 16), name
                 assert packed["out_row_stride"] == big + 32, (name, packed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_autograd_rms_norm_two_level_rows_and_gemma(dtype: str) -> None:
+    """rms_norm over the q heads of a fused QKV buffer (rows that do not collapse into one
+    stride: the backward reads a contiguous copy of x) and Gemma's (1 + weight)."""
+
+    tokens, heads, d = 7, 4, 64
+    qkv0 = _randn((tokens, 3 * heads * d), dtype, 2.0)
+    w0 = _randn((d,), dtype, seed=1)
+    dy = _randn((tokens, heads, d), dtype, seed=2)
+    q0 = qkv0.view(tokens, 3 * heads, d)[:, :heads]
+    for gemma in (False, True):
+        qkv = qkv0.clone().requires_grad_()
+        w = w0.clone().requires_grad_()
+        q = qkv.view(tokens, 3 * heads, d)[:, :heads]  # strides (3 * heads * d, d, 1)
+        ak.rms_norm(q, w, 1e-6, gemma=gemma).backward(dy)
+        rx, rw = grads64(lambda a, c, g=gemma: _rms64(a, 1 + c if g else c, 1e-6), dy, q0, w0)
+        grad_q = qkv.grad.view(tokens, 3 * heads, d)
+        what = f"two-level rms_norm gemma={gemma} {dtype}"
+        w_eff = w0.double() + 1 if gemma else w0
+        check(grad_q[:, :heads], rx, what + " dx", _dx_scale(q0, w_eff, dy, 1e-6))
+        assert not grad_q[:, heads:].any(), what  # k and v get no gradient
+        check(w.grad, rw, what + " dweight")

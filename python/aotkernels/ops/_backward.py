@@ -39,7 +39,7 @@ dweight / dbias come out bitwise the same on every GPU for the same shapes.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..arrays import ITEMSIZE
 from ._elementwise import elementwise_config
@@ -48,6 +48,7 @@ from ._rowwise import MAX_GROUP, STREAM_GROUP, _group, same_dtype, vectorizable
 
 __all__ = [
     "DTYPES",
+    "as_rows",
     "MAX_PARTIALS",
     "PARTIAL_THREADS",
     "RowConfig",
@@ -81,6 +82,17 @@ class RowConfig(NamedTuple):
     grid: tuple[int, int]
     block: tuple[int, int]
     vecs_per_thread: int
+
+
+def as_rows(t: Any) -> Any:
+    """A torch tensor the backward kernels can read: ``t`` itself when its last dimension is
+    contiguous and its leading ones collapse into one row stride, else a contiguous copy
+    (autograd may hand over a broadcast gradient; rms_norm's saved x may be two-level rows)."""
+    try:
+        rows_view("", "", Meta(tuple(t.shape), tuple(t.stride()), "", 16))
+    except ValueError:
+        return t.contiguous()
+    return t
 
 
 def _same_shape(op: str, arg: str, m: Meta, shape: tuple[int, ...], what: str) -> None:
