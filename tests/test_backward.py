@@ -883,3 +883,118 @@ def test_opcheck(name: str, make: Any, dtype: str) -> None:
 
     _torch.register()
     torch.library.opcheck(getattr(torch.ops.aotkernels, name).default, make(getattr(torch, dtype)))
+
+
+@pytest.mark.gpu
+def test_jax_jit_backward_ops() -> None:
+    """The backward ops under jax.jit (XLA custom calls; the norms' two launches share the
+    hidden workspace) against jax.vjp of the reference formulas, f32."""
+    import os
+
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    jax = pytest.importorskip("jax")
+    jnp = pytest.importorskip("jax.numpy")
+    try:
+        from aotkernels import _xla  # noqa: F401
+
+        if not jax.devices("cuda"):
+            pytest.skip("jax sees no CUDA device")
+    except (ImportError, RuntimeError) as e:
+        pytest.skip(f"no jax GPU / XLA extension: {e}")
+
+    def normal(shape: tuple[int, ...], seed: int) -> Any:
+        return jax.random.normal(jax.random.key(seed), shape, jnp.float32)
+
+    def close(got: Any, want: Any, what: str) -> None:
+        """Both f32 (jax's reference too): a few ulps of each, relative to the largest."""
+        import numpy
+
+        got, want = (numpy.asarray(a, dtype=numpy.float64) for a in (got, want))
+        assert abs(got - want).max() <= 2e-4 * abs(want).max(), what
+
+    x, g, w, b = normal((37, 256), 0), normal((37, 256), 1), normal((256,), 2), normal((256,), 3)
+    for name, ref in (("silu", jax.nn.silu), ("sigmoid", jax.nn.sigmoid), ("relu", jax.nn.relu)):
+        want = jax.vjp(ref, x)[1](g)[0]
+        got = jax.jit(lambda g, x, n=name: getattr(ak, f"{n}_backward")(g, x))(g, x)
+        close(got, want, name)
+    want = jax.vjp(lambda t: jax.nn.silu(t[:, :128]) * t[:, 128:], x)[1](g[:, :128])[0]
+    close(jax.jit(ak.silu_and_mul_backward)(g[:, :128], x), want, "silu_and_mul")
+    y = jax.nn.softmax(x, axis=-1)
+    close(jax.jit(ak.softmax_backward)(g, y), y * (g - (g * y).sum(-1, keepdims=True)), "softmax")
+
+    def rms(t: Any, c: Any) -> Any:
+        return t * jax.lax.rsqrt((t * t).mean(-1, keepdims=True) + 1e-6) * c
+
+    dx, dw = jax.jit(ak.rms_norm_backward)(g, x, w)
+    want_x, want_w = jax.vjp(rms, x, w)[1](g)
+    close(dx, want_x, "rms_norm dx")
+    close(dw, want_w, "rms_norm dweight")
+
+    def ln(t: Any, c: Any, e: Any) -> Any:
+        mu = t.mean(-1, keepdims=True)
+        var = ((t - mu) ** 2).mean(-1, keepdims=True)
+        return (t - mu) * jax.lax.rsqrt(var + 1e-5) * c + e
+
+    got = jax.jit(ak.layer_norm_backward)(g, x, w, b)
+    want = jax.vjp(ln, x, w, b)[1](g)
+    for i, what in enumerate(("dx", "dweight", "dbias")):
+        close(got[i], want[i], f"layer_norm {what}")
+
+
+def test_launch_args_carry_64_bit_strides() -> None:
+    """Row strides past 2**31 elements reach every backward launch's parameter block unchanged
+    (the rules' args, packed with the family's struct layout)."""
+    import struct
+
+    from aotkernels._paths import matrix_path
+    from aotkernels.arch_matrix import load_matrix
+    from aotkernels.plan import param_layout
+
+    matrix = load_matrix(matrix_path(), check_sources=False)
+    big = 2**31 + 8
+    x, g, o = (fake((2, 128), strides=(big + i, 1)) for i in (0, 16, 32))
+    half = fake((2, 64), strides=(big + 48, 1))
+    w = fake((128,))
+    cases = [
+        ("silu_backward", {"grad": g, "x": x}, {"out": o}),
+        ("silu_and_mul_backward", {"grad": half, "x": x}, {"out": o}),
+        ("softmax_backward", {"grad": g, "y": x}, {"out": o}),
+        ("rms_norm_backward", {"grad": g, "x": x, "weight": w}, {"out": o}),
+    ]
+    for name, given, outs in cases:
+        op = REGISTRY[name]
+        fields = matrix.families[op.family].params
+        fmt = param_layout(fields)[0]
+        for ln in op.launch(args(name, outs, **given)):
+            values = [0 if t == "ptr" else ln.args.get(n, 0) for n, t in fields]
+            packed = dict(zip((n for n, _ in fields), struct.unpack(fmt, struct.pack(fmt, *values)),
+                              strict=True))  # fmt: skip
+            if "dy_row_stride" in ln.args:
+                assert packed["x_row_stride"] == big, (name, packed)
+                assert packed["dy_row_stride"] == big + (48 if "and_mul" in name else 16), name
+                assert packed["out_row_stride"] == big + 32, (name, packed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_autograd_rms_norm_two_level_rows_and_gemma(dtype: str) -> None:
+    """rms_norm over the q heads of a fused QKV buffer (rows that do not collapse into one
+    stride: the backward reads a contiguous copy of x) and Gemma's (1 + weight)."""
+
+    tokens, heads, d = 7, 4, 64
+    qkv0 = _randn((tokens, 3 * heads * d), dtype, 2.0)
+    w0 = _randn((d,), dtype, seed=1)
+    dy = _randn((tokens, heads, d), dtype, seed=2)
+    q0 = qkv0.view(tokens, 3 * heads, d)[:, :heads]
+    for gemma in (False, True):
+        qkv = qkv0.clone().requires_grad_()
+        w = w0.clone().requires_grad_()
+        q = qkv.view(tokens, 3 * heads, d)[:, :heads]  # strides (3 * heads * d, d, 1)
+        ak.rms_norm(q, w, 1e-6, gemma=gemma).backward(dy)
+        rx, rw = grads64(lambda a, c, g=gemma: _rms64(a, 1 + c if g else c, 1e-6), dy, q0, w0)
+        grad_q = qkv.grad.view(tokens, 3 * heads, d)
+        what = f"two-level rms_norm gemma={gemma} {dtype}"
+        w_eff = w0.double() + 1 if gemma else w0
+        check(grad_q[:, :heads], rx, what + " dx", _dx_scale(q0, w_eff, dy, 1e-6))
+        assert not grad_q[:, heads:].any(), what  # k and v get no gradient
+        check(w.grad, rw, what + " dweight")

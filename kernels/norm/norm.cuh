@@ -84,8 +84,9 @@ struct layer_norm_fn {
 // Resident per thread: N <= 2 packets of x and of dy and N * V column sums (two sets with a
 // bias), under the 64 registers of 1024-thread blocks (N = 4 took 128 registers, halving the
 // threads an SM holds). rms_norm_backward fits without spills; layer_norm_backward at N = 2
-// spills ~70 bytes in 16-bit (ptxas -v, sm_90), so the host gives it N = 1 wherever the row
-// group can grow instead. Rows of up to 2 * 1024 * V elements (16384 16-bit, 8192 f32) fit.
+// spills ~70 bytes in 16-bit (ptxas -v, sm_90), so the host gives it N = 1 up to 512 packets
+// (python/aotkernels/ops/_backward.py). Rows of up to 2 * 1024 * V elements (16384 16-bit,
+// 8192 f32) fit.
 
 // Partial row of this thread's row group in ws.
 __device__ __forceinline__ int64_t partial_index() {
@@ -200,13 +201,14 @@ struct layer_norm_backward_fn {
 // norm_reduce_cols: dweight[c] = sum over p of ws[0][p][c] (flags bit 0), dbias[c] = sum over p
 // of ws[1][p][c] (bit 1), for p < rows (the row kernel's partials), rounded once. Block (32, 32):
 // threadIdx.x is the column, threadIdx.y one of 32 partial lanes (lane y sums p = y, y + 32, ...
-// into four accumulators, in order); the lanes then meet in shared memory and lane 0 sums them
-// in order. blockIdx.y 0 is dweight, 1 dbias.
+// into kReduceUnroll accumulators, in order); the lanes then meet in shared memory and lane 0 sums
+// them in order. blockIdx.y 0 is dweight, 1 dbias.
 struct norm_reduce_cols_fn {
   static constexpr bool kReduceCols = true;
 };
 
 constexpr int kReduceLanes = 32;
+constexpr int kReduceUnroll = 4;  // independent loads in flight per thread (8 spilled, sm_90)
 
 template <class T>
 __device__ __forceinline__ void reduce_cols(const ak_norm_params& p) {
@@ -219,22 +221,25 @@ __device__ __forceinline__ void reduce_cols(const ak_norm_params& p) {
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t c0 = int64_t(blockIdx.x) * blockDim.x; c0 < n; c0 += step) {
     const int64_t c = c0 + threadIdx.x;
-    float acc[4] = {};
+    float acc[kReduceUnroll] = {};
     if (c < n) {
-      for (int64_t q = threadIdx.y; q < np; q += 4 * kReduceLanes) {
+      for (int64_t q = threadIdx.y; q < np; q += kReduceUnroll * kReduceLanes) {
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
+        for (int k = 0; k < kReduceUnroll; ++k) {
           const int64_t qk = q + k * kReduceLanes;
           if (qk < np) acc[k] += ws[qk * n + c];
         }
       }
     }
-    part[threadIdx.y][threadIdx.x] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < kReduceUnroll; ++k) sum += acc[k];
+    part[threadIdx.y][threadIdx.x] = sum;
     __syncthreads();
     if (threadIdx.y == 0 && c < n) {
-      float sum = 0.f;
-      for (int y = 0; y < int(blockDim.y); ++y) sum += part[y][threadIdx.x];
-      dst[c] = from_f32<T>(sum);
+      float total = 0.f;
+      for (int y = 0; y < int(blockDim.y); ++y) total += part[y][threadIdx.x];
+      dst[c] = from_f32<T>(total);
     }
     __syncthreads();  // part is reused by the next columns
   }

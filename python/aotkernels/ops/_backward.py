@@ -23,10 +23,12 @@ nvec > 4096         0       512, y and dy streamed twice
 
 rms_norm_backward / layer_norm_backward keep, per thread, N packets of x and of dy and N * V
 f32 column sums (dweight; dbias too), G = the row group covering the row, <= 1024: N = 1 for
-rows of <= 32 packets; else rms_norm_backward takes N = 2 (four 16-byte loads in flight per
-thread) and layer_norm_backward N = 1 while G <= 1024 allows (at N = 2 its two sets of sums
-spill ~70 bytes in 16-bit under the 64 registers), else 2; the scalar layout N = 2. So hidden
-<= 2048 * V (16384 16-bit, 8192 f32 elements); longer rows raise ``NotImplementedError``.
+rows of <= 32 packets, else rms_norm_backward takes N = 2 (four 16-byte loads in flight per
+thread); layer_norm_backward keeps N = 1 up to 512 packets (at N = 2 its two sets of sums spill
+~70 bytes in 16-bit under the 64 registers) and takes N = 2 beyond, where N = 1 would need
+1024-thread row groups, one block per SM, which no other block's loads overlap at the row
+reductions' barriers; the scalar layout N = 2. So hidden <= 2048 * V (16384 16-bit, 8192 f32
+elements); longer rows raise ``NotImplementedError``.
 The grid does not depend on the device: at most ``PARTIAL_THREADS`` threads (about what an
 H200 keeps resident at 64 registers: 132 SMs x 1024) and ``MAX_PARTIALS`` row groups (each
 writes one partial row of column sums, which norm_reduce_cols adds up serially per column).
@@ -37,7 +39,7 @@ dweight / dbias come out bitwise the same on every GPU for the same shapes.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..arrays import ITEMSIZE
 from ._elementwise import elementwise_config
@@ -46,6 +48,7 @@ from ._rowwise import MAX_GROUP, STREAM_GROUP, _group, same_dtype, vectorizable
 
 __all__ = [
     "DTYPES",
+    "as_rows",
     "MAX_PARTIALS",
     "PARTIAL_THREADS",
     "RowConfig",
@@ -71,13 +74,25 @@ REDUCE_BLOCK = (32, 32)  # norm_reduce_cols: 32 columns x 32 partial lanes
 MAX_REDUCE_BLOCKS = 65535
 NORM_HAS_WEIGHT, NORM_HAS_BIAS = 1, 2  # ak_norm_params.flags
 NORM_MAX_N = 2  # kMaxN / kScalarN of the norm backward ops (kernels/norm/norm.cuh)
-NORM_PACKETS = {"rms_norm_backward": 2, "layer_norm_backward": 1}  # N preferred (docstring)
+# Longest rows (in packets) that the vector layout runs with N = 1 (docstring).
+NORM_ONE_PACKET = {"rms_norm_backward": 32, "layer_norm_backward": 512}
 
 
 class RowConfig(NamedTuple):
     grid: tuple[int, int]
     block: tuple[int, int]
     vecs_per_thread: int
+
+
+def as_rows(t: Any) -> Any:
+    """A torch tensor the backward kernels can read: ``t`` itself when its last dimension is
+    contiguous and its leading ones collapse into one row stride, else a contiguous copy
+    (autograd may hand over a broadcast gradient; rms_norm's saved x may be two-level rows)."""
+    try:
+        rows_view("", "", Meta(tuple(t.shape), tuple(t.stride()), "", 16))
+    except ValueError:
+        return t.contiguous()
+    return t
 
 
 def _same_shape(op: str, arg: str, m: Meta, shape: tuple[int, ...], what: str) -> None:
@@ -228,9 +243,7 @@ def norm_backward_config(
     v = 16 // itemsize
     if vectorized:
         nvec = -(-cols // v)
-        n = 1 if nvec <= 32 else NORM_PACKETS[kernel]
-        if -(-nvec // n) > MAX_GROUP:
-            n = NORM_MAX_N
+        n = 1 if nvec <= NORM_ONE_PACKET[kernel] else NORM_MAX_N
         g = _group(-(-nvec // n))
     else:
         n = NORM_MAX_N

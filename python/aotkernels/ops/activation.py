@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..arrays import ITEMSIZE
-from ._backward import elementwise_backward_launch, elementwise_backward_shapes
+from ._backward import as_rows, elementwise_backward_launch, elementwise_backward_shapes
 from ._elementwise import elementwise_config, joint_rows_view
 from ._op import (
     Args,
@@ -75,11 +75,11 @@ def _launcher(kernel: Callable[[Args], str]) -> Callable[[Args], list[Launch]]:
 
 
 def _grad_fn(name: str) -> Backward:
-    """x's gradient through ``<name>_backward(grad, x, **attrs)`` (a contiguous grad: autograd
-    may hand over broadcast ones)."""
+    """x's gradient through ``<name>_backward(grad, x, **attrs)`` (grad viewed as rows:
+    autograd may hand over a broadcast one)."""
 
     def fn(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
-        return {"x": _BACKWARD[name](grads[0].contiguous(), ctx.saved["x"], **ctx.attrs)}
+        return {"x": _BACKWARD[name](as_rows(grads[0]), ctx.saved["x"], **ctx.attrs)}
 
     return Backward(saved=("x",), fn=fn)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..arrays import ITEMSIZE
-from ._backward import norm_backward_launch, norm_workspace_shape
+from ._backward import as_rows, norm_backward_launch, norm_workspace_shape
 from ._op import (
     Args,
     Attr,
@@ -120,12 +120,13 @@ def _norm_launch(a: Args, kernel: str, written: str, residual: str | None) -> li
 
 
 def _rms_norm_grad(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
-    """Through rms_norm_backward (a contiguous grad: autograd may broadcast it). Gemma's
-    (1 + weight) is an ordinary weight to the backward: dx takes it (rounded once to the weight
-    dtype), and d/dweight equals d/d(1 + weight)."""
+    """Through rms_norm_backward (grad and x viewed as rows: autograd may broadcast grad, and
+    two-level x rows are copied contiguous). Gemma's (1 + weight) is an ordinary weight to the
+    backward: dx takes it (rounded once to the weight dtype), and d/dweight equals
+    d/d(1 + weight)."""
     s = ctx.saved
     w = s["weight"] + 1 if ctx.attr("gemma") else s["weight"]
-    dx, dw = rms_norm_backward(grads[0].contiguous(), s["x"], w, eps=ctx.attr("eps"))
+    dx, dw = rms_norm_backward(as_rows(grads[0]), as_rows(s["x"]), w, eps=ctx.attr("eps"))
     return {"x": dx, "weight": dw}
 
 
@@ -168,10 +169,10 @@ FUSED_ADD_RMS_NORM = Op(
 
 
 def _layer_norm_grad(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
-    """Through layer_norm_backward (a contiguous grad: autograd may broadcast it)."""
+    """Through layer_norm_backward (grad viewed as rows: autograd may broadcast it)."""
     s = ctx.saved
     w, b = s["weight"], s["bias"]
-    dx, dw, db = layer_norm_backward(grads[0].contiguous(), s["x"], w, b, eps=ctx.attr("eps"))
+    dx, dw, db = layer_norm_backward(as_rows(grads[0]), s["x"], w, b, eps=ctx.attr("eps"))
     return {"x": dx, "weight": dw if w is not None else None, "bias": db if b is not None else None}
 
 

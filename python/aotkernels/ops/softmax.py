@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..arrays import ITEMSIZE
-from ._backward import softmax_backward_launch, softmax_backward_shapes
+from ._backward import as_rows, softmax_backward_launch, softmax_backward_shapes
 from ._op import (
     Args,
     Attr,
@@ -67,8 +67,8 @@ def _launch(a: Args) -> list[Launch]:
 
 
 def _grad(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
-    """x's gradient from the saved output (a contiguous grad: autograd may broadcast it)."""
-    return {"x": softmax_backward(grads[0].contiguous(), ctx.saved["out"], dim=ctx.attr("dim"))}
+    """x's gradient from the saved output (grad viewed as rows: autograd may broadcast it)."""
+    return {"x": softmax_backward(as_rows(grads[0]), ctx.saved["out"], dim=ctx.attr("dim"))}
 
 
 SOFTMAX = Op(
