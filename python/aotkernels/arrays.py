@@ -70,6 +70,14 @@ torch_grad_enabled: Any = None  # torch.is_grad_enabled
 torch_empty_like: Any = None  # torch.empty_like
 
 
+def torch_record_stream(t: Any, stream: int) -> None:
+    """Keep ``t``'s memory from reuse until work queued so far on ``stream`` is done: the
+    caching allocator only tracks torch's own streams."""
+    import torch
+
+    t.record_stream(torch.cuda.ExternalStream(stream, device=t.device))
+
+
 class DeviceBuffer:
     """A device allocation of ours exported through DLPack (outputs for JAX and DLPack inputs).
 

@@ -570,6 +570,7 @@ class _Fast(NamedTuple):
     overlaps: tuple[tuple[int, int, int, int, int, int, bool], ...]
     returns: tuple[int, ...]  # the arrays the call returns
     n_inputs: int
+    hidden: tuple[int, ...]  # the workspaces
 
 
 def _torch_fast(
@@ -619,6 +620,9 @@ def _torch_fast(
     s = _arrays.torch_stream(x.get_device()) if stream is None else stream_handle(stream)
     for plan, idx in hit.launches:
         plan(s, *[ptrs[k] for k in idx])
+    if stream is not None:
+        for k in hit.hidden:  # workspaces die here while the kernels may still run on stream
+            _arrays.torch_record_stream(args[k], s)
     if want_outputs:
         return args[hit.n_inputs :]
     if len(hit.returns) == 1:
@@ -733,6 +737,10 @@ def _general(
         plan(s, *[ptrs[n] for n in slots])
     if fw.name == "torch":
         _remember(op, raw, out, compiled, results, arrs, check)
+    if fw.name == "torch" and stream is not None:
+        for r, o in zip(results, op.outputs, strict=True):
+            if o.hidden:  # workspaces die here while the kernels may still run on stream
+                _arrays.torch_record_stream(r, s)
     # Outputs this call allocated go back through the framework (JAX waits for our stream).
     finished = [
         r if (out is not None and r is out) or o.hidden else fw.finish(r, s)
@@ -842,6 +850,7 @@ def _remember(
         tuple(overlaps),
         tuple(names.index(n) for n in op.returns),
         len(op.inputs),
+        tuple(len(op.inputs) + i for i, o in enumerate(op.outputs) if o.hidden),
     )
     if len(_PLANS) >= _MAX_PLANS:
         _PLANS.clear()
