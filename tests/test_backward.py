@@ -991,10 +991,13 @@ def test_autograd_rms_norm_two_level_rows_and_gemma(dtype: str) -> None:
         w = w0.clone().requires_grad_()
         q = qkv.view(tokens, 3 * heads, d)[:, :heads]  # strides (3 * heads * d, d, 1)
         ak.rms_norm(q, w, 1e-6, gemma=gemma).backward(dy)
-        rx, rw = grads64(lambda a, c, g=gemma: _rms64(a, 1 + c if g else c, 1e-6), dy, q0, w0)
+        # The backward takes Gemma's (1 + weight) as an ordinary weight rounded once to the
+        # weight dtype (ops/norm.py), so the reference differentiates with that rounded weight:
+        # d/dweight is the same as d/d(1 + weight).
+        w_eff = w0 + 1 if gemma else w0
+        rx, rw = grads64(lambda a, c: _rms64(a, c, 1e-6), dy, q0, w_eff)
         grad_q = qkv.grad.view(tokens, 3 * heads, d)
         what = f"two-level rms_norm gemma={gemma} {dtype}"
-        w_eff = w0.double() + 1 if gemma else w0
         check(grad_q[:, :heads], rx, what + " dx", _dx_scale(q0, w_eff, dy, 1e-6))
         assert not grad_q[:, heads:].any(), what  # k and v get no gradient
         check(w.grad, rw, what + " dweight")

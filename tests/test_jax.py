@@ -380,11 +380,14 @@ def _silu_launch(x: Any) -> Any:
     dt = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[str(x.dtype)]
     fam = loader.family_on("activation", dev)
     cfg = elementwise_config(1, n, x.dtype.itemsize, device.device_info(dev).sm_count, 4)
+    # The family's fields by name (pointers 0: the handler patches them): one row of n.
+    fields = {"rows": 1, "cols": n, "x_row_stride": n, "out_row_stride": n}
+    slots = {"out": 1, "x": 0}  # args first (x), then rets (y); other pointers null
     return _jax.LaunchDescription(
         kernel=_jax.kernel_name("activation", f"ak_silu_{dt}"),
-        params=fam.params.pack(0, 0, 1, n, n, n),
+        params=fam.params.pack(*(fields.get(name, 0) for name, _ in fam.param_fields)),
         ptr_offsets=tuple(fam.ptr_offsets),
-        slots=(1, 0),
+        slots=tuple(slots.get(name, -1) for name, t in fam.param_fields if t == "ptr"),
         grid=(cfg.grid[0], cfg.grid[1], 1),
         block=(cfg.block[0], cfg.block[1], 1),
     )

@@ -256,8 +256,11 @@ def check_fp8(q: Any, scale: Any, y: Any, fp8: str, delta: float, abs_delta: flo
         f"{bad.nonzero()[0].tolist()}: t={t[bad][0].item()} got {bits[bad][0].item():#x} want "
         f"{want[bad][0].item():#x}"
     )
-    # ~1e-3 of the elements fall near a tie by chance: a few of a small array may
-    assert stable.sum() >= 0.98 * t.numel() - 2, "too many elements near a tie to test the bits"
+    # Random f32 data falls near a tie ~1e-3 of the time, but bf16 inputs have 8 significant
+    # bits, so t lands exactly on an fp8 midpoint for a few percent of them (seen on the H200:
+    # 2.9% of a 19 x 100 e5m2 case, 4.5% of a 4 x 65536 e4m3 one); those are checked
+    # dequantized only. Most codes must still be compared bit for bit.
+    assert stable.sum() >= 0.9 * t.numel() - 2, "too many elements near a tie to test the bits"
     # dequantized: within half an fp8 ulp of the clamped reference (plus the kernel's error)
     deq = q.double() * scale.double()
     ref = t.clamp(-m, m) * scale.double()

@@ -145,6 +145,9 @@ __device__ __forceinline__ void mma_step(Acc<T> (&c)[4], const uint32_t (&a)[4],
 #endif
   } else {
     static_assert(kIsFp8<T>, "mma_sync: unsupported element type");
+    // a's and b's own fp8 types (they differ for mixed entries).
+    using A = typename Operands<T>::A;
+    using B = typename Operands<T>::B;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
     static_assert(sizeof(T) == 0, "fp8 mma.sync needs sm_89: the build must not instantiate it");
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
@@ -156,10 +159,10 @@ __device__ __forceinline__ void mma_step(Acc<T> (&c)[4], const uint32_t (&a)[4],
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint32_t a16[4] = {
-          fp8x2_to_f16x2<T>(a[0] >> (16 * h)), fp8x2_to_f16x2<T>(a[1] >> (16 * h)),
-          fp8x2_to_f16x2<T>(a[2] >> (16 * h)), fp8x2_to_f16x2<T>(a[3] >> (16 * h))};
-      const uint32_t b16[2] = {fp8x2_to_f16x2<T>(b[0] >> (16 * h)),
-                               fp8x2_to_f16x2<T>(b[1] >> (16 * h))};
+          fp8x2_to_f16x2<A>(a[0] >> (16 * h)), fp8x2_to_f16x2<A>(a[1] >> (16 * h)),
+          fp8x2_to_f16x2<A>(a[2] >> (16 * h)), fp8x2_to_f16x2<A>(a[3] >> (16 * h))};
+      const uint32_t b16[2] = {fp8x2_to_f16x2<B>(b[0] >> (16 * h)),
+                               fp8x2_to_f16x2<B>(b[1] >> (16 * h))};
       asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
           "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
           : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -167,8 +170,6 @@ __device__ __forceinline__ void mma_step(Acc<T> (&c)[4], const uint32_t (&a)[4],
     }
 #else
     // One instruction per (a, b) type pair: e4m3 / e5m2 each, mixed pairs included.
-    using A = typename Operands<T>::A;
-    using B = typename Operands<T>::B;
 #define AK_MMA_FP8(TYPES)                               \
   asm("mma.sync.aligned.m16n8k32.row.col.f32." TYPES    \
       ".f32 {%0, %1, %2, %3}, "                         \

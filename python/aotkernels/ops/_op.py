@@ -364,6 +364,58 @@ def _self_overlapping(meta: Meta) -> bool:
     return False
 
 
+class _Rows(NamedTuple):
+    """Where an array's bytes lie, from its pointer: ``n`` rows of ``length`` bytes, ``stride``
+    bytes apart, the first at ``lo``. Arrays that are not rows of one stride are described by
+    the one row that bounds them (``n == 1``), which overlaps whatever they might."""
+
+    lo: int
+    length: int
+    stride: int
+    n: int
+
+
+def _rows(meta: Meta) -> _Rows | None:
+    """``meta`` as _Rows (None when empty): its contiguous innermost dims make the row, the
+    others must step by one stride (q, k and v of a fused QKV buffer are such rows)."""
+    span = _span(meta, 0)
+    if span is None:
+        return None
+    item = _arrays.ITEMSIZE.get(meta.dtype, 1)
+    dims = sorted((st, n) for n, st in zip(meta.shape, meta.strides, strict=True) if n > 1)
+    inner, k = 1, 0
+    while k < len(dims) and dims[k][0] == inner:
+        inner *= dims[k][1]
+        k += 1
+    rest = dims[k:]
+    if rest and rest[0][0] > 0:
+        step, n = rest[0][0], 1
+        for st, cnt in rest:
+            if st != step * n:
+                break
+            n *= cnt
+        else:
+            return _Rows(0, inner * item, step * item, n)
+    if not rest:
+        return _Rows(0, inner * item, inner * item, 1)
+    return _Rows(span[0], span[1] - span[0], span[1] - span[0], 1)
+
+
+def _overlap(pa: int, a: _Rows, pb: int, b: _Rows) -> bool:
+    """Whether the bytes of a (at pa) and b (at pb) meet: exact for rows of one stride, else
+    judged on the rows' bounding ranges (never misses an overlap)."""
+    d = (pb + b.lo) - (pa + a.lo)  # b's first row, from a's
+    stride = a.stride if b.n == 1 else b.stride
+    if (a.n > 1 and b.n > 1 and a.stride != b.stride) or max(a.length, b.length) > stride:
+        ha = (a.n - 1) * a.stride + a.length
+        hb = (b.n - 1) * b.stride + b.length
+        return d < ha and -d < hb
+    # Row i of a and row j of b meet iff -b.length < d + (j - i) * stride < a.length.
+    lo = max((-b.length - d) // stride + 1, -(a.n - 1))
+    hi = min(-((d - a.length) // stride) - 1, b.n - 1)
+    return lo <= hi
+
+
 # --- the runner -----------------------------------------------------------------------------
 
 
@@ -378,9 +430,10 @@ class _Array(NamedTuple):
 def _check_overlaps(op: Op, arrays: Sequence[_Array]) -> None:
     """The overlap rules of the module docstring, on the arrays of one call."""
     spans = [_span(a.meta, a.ptr) for a in arrays]
+    rows = [_rows(a.meta) for a in arrays]
     for i, w in enumerate(arrays):
-        sw = spans[i]
-        if not w.written or sw is None:
+        sw, rw = spans[i], rows[i]
+        if not w.written or sw is None or rw is None:
             continue
         if _self_overlapping(w.meta):
             raise ValueError(
@@ -388,10 +441,10 @@ def _check_overlaps(op: Op, arrays: Sequence[_Array]) -> None:
                 f"shape {w.meta.shape}"
             )
         for j, o in enumerate(arrays):
-            so = spans[j]
-            if j == i or (o.written and j < i) or so is None:
+            so, ro = spans[j], rows[j]
+            if j == i or (o.written and j < i) or so is None or ro is None:
                 continue  # each pair with a written array once
-            if not (sw[0] < so[1] and so[0] < sw[1]):
+            if not _overlap(w.ptr, rw, o.ptr, ro):
                 continue
             if o.name == w.inplace_of or w.name == o.inplace_of:
                 if w.ptr == o.ptr and w.meta.strides == o.meta.strides:
@@ -565,9 +618,9 @@ class _Fast(NamedTuple):
 
     launches: tuple[tuple[Any, tuple[int, ...]], ...]  # (_core.LaunchPlan, array per pointer)
     allocs: tuple[Any, ...]  # per output: None (the caller's out=), _LIKE_X, (shape, dtype)
-    # Per written array and other array that may overlap it: (i, lo_i, hi_i, j, lo_j, hi_j,
-    # exact_ok), byte offsets of their spans from their pointers; exact_ok: i may alias j exactly.
-    overlaps: tuple[tuple[int, int, int, int, int, int, bool], ...]
+    # Per written array and other array that may overlap it: (i, rows of i, j, rows of j,
+    # exact_ok); exact_ok: i may alias j exactly.
+    overlaps: tuple[tuple[int, _Rows, int, _Rows, bool], ...]
     returns: tuple[int, ...]  # the arrays the call returns
     n_inputs: int
     hidden: tuple[int, ...]  # the workspaces
@@ -613,9 +666,9 @@ def _torch_fast(
         args.append(res)
         ptrs.append(res.data_ptr())
     ptrs.append(0)
-    for i, lo_i, hi_i, j, lo_j, hi_j, exact_ok in hit.overlaps:
+    for i, rows_i, j, rows_j, exact_ok in hit.overlaps:
         pi, pj = ptrs[i], ptrs[j]
-        if pi + lo_i < pj + hi_j and pj + lo_j < pi + hi_i and not (exact_ok and pi == pj):
+        if _overlap(pi, rows_i, pj, rows_j) and not (exact_ok and pi == pj):
             return _MISS  # the general path names the overlap
     s = _arrays.torch_stream(x.get_device()) if stream is None else stream_handle(stream)
     for plan, idx in hit.launches:
@@ -831,19 +884,19 @@ def _remember(
     overlaps = []
     if check:  # the pairs _check_overlaps looks at, as offsets from the pointers
         index = {n: i for i, n in enumerate(names)}
-        spans = {a.name: _span(a.meta, 0) for a in arrs}
+        rows = {a.name: _rows(a.meta) for a in arrs}
         for w in arrs:
-            sw = spans[w.name]
-            if not w.written or sw is None:
+            rw = rows[w.name]
+            if not w.written or rw is None:
                 continue
             for o in arrs:
-                so = spans[o.name]
-                if o is w or so is None or (o.written and index[o.name] < index[w.name]):
+                ro = rows[o.name]
+                if o is w or ro is None or (o.written and index[o.name] < index[w.name]):
                     continue
                 exact = (w.inplace_of == o.name or o.inplace_of == w.name) and (
                     w.meta.strides == o.meta.strides
                 )
-                overlaps.append((index[w.name], sw[0], sw[1], index[o.name], so[0], so[1], exact))
+                overlaps.append((index[w.name], rw, index[o.name], ro, exact))
     fast = _Fast(
         launches,
         allocs,
