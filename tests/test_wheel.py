@@ -31,14 +31,17 @@ from helpers.builds import clean_env, pip_wheel
 pytestmark = pytest.mark.slow
 
 ARCHS = "75;90;compute_75"
-WANT_TARGETS = ["compute_75", "sm_75", "sm_90"]
-# gemm builds sm_75 but sm_90a (not sm_90) and PTX for compute_80 (not compute_75): of ARCHS it
-# keeps sm_75 only.
-GEMM_TARGETS = ["sm_75"]
-
-
-def want_targets(family: str) -> list[str]:
-    return GEMM_TARGETS if family == "gemm" else WANT_TARGETS
+# What the filter leaves of each family comes from the build plan (families declare their own
+# targets: gemm and attention build sm_90a, not sm_90, and compute_80 PTX; quant needs sm_89+).
+# The doctor's choice for each simulated device, per set of built targets:
+CHOICES = {
+    ("compute_75", "sm_75", "sm_90"): {
+        "7.5": "sm_75", "8.6": "compute_75", "9.0": "sm_90", "10.0": "compute_75",
+        "12.0": "compute_75",
+    },
+    ("sm_75",): {"7.5": "sm_75"},
+    ("sm_90",): {"9.0": "sm_90"},
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +83,22 @@ def wheel_families(unpacked: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def manifest(unpacked: Path) -> dict[str, Any]:
     return json.loads((unpacked / "aotkernels" / "kernels" / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def plan(unpacked: Path, manifest: dict[str, Any]) -> Any:
+    """The build plan of the wheel's own matrix under ARCHS: what each family must hold."""
+    from aotkernels.arch_matrix import load_matrix
+    from aotkernels.plan import make_plan
+
+    matrix = load_matrix(unpacked / "aotkernels" / "arch_matrix.toml", check_sources=False)
+    toolkit = tuple(int(v) for v in manifest["toolkit"].split("."))
+    return make_plan(matrix, toolkit, ARCHS)
+
+
+def want_targets(plan: Any, family: str) -> list[str]:
+    fp = plan.families[family]
+    return sorted([t.name for t in fp.targets] + list(fp.ptx))
 
 
 def test_wheel_contents(names: list[str], wheel_families: list[str]) -> None:
@@ -125,7 +144,7 @@ def test_entry_point(wheel: Path, names: list[str]) -> None:
     assert re.search(r"^aotkernels\s*=\s*aotkernels\.cli:main$", text, re.M), text
 
 
-def test_inspect_wheel(wheel: Path, wheel_families: list[str], tmp_path: Path) -> None:
+def test_inspect_wheel(wheel: Path, wheel_families: list[str], plan: Any, tmp_path: Path) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "aotkernels.cli", "inspect", str(wheel), "--json"],
         capture_output=True,
@@ -138,25 +157,28 @@ def test_inspect_wheel(wheel: Path, wheel_families: list[str], tmp_path: Path) -
     assert r.returncode == 0, r.stderr + r.stdout
     data = json.loads(r.stdout)
     assert sorted(data["families"]) == sorted(wheel_families)
+    assert want_targets(plan, "activation") == ["compute_75", "sm_75", "sm_90"]
     for name, fam in data["families"].items():
-        assert sorted(i["target"] for i in fam["images"]) == want_targets(name), name
+        assert sorted(i["target"] for i in fam["images"]) == want_targets(plan, name), name
         assert fam["verified"] is True and fam["problems"] == [], (name, fam["problems"])
         assert all(i["compressed"] for i in fam["images"])
     assert data["manifest"]["archs"] == ARCHS
     assert data["wheel_bytes"] == wheel.stat().st_size
 
 
-def test_manifest_records_the_filter(manifest: dict[str, Any], wheel_families: list[str]) -> None:
+def test_manifest_records_the_filter(
+    manifest: dict[str, Any], wheel_families: list[str], plan: Any
+) -> None:
     assert manifest["archs"] == ARCHS
     assert manifest["families_filter"] is None
+    assert {"sm_80", "sm_86", "sm_89", "sm_100", "sm_120", "compute_120"} <= set(
+        dict(manifest["families"]["activation"]["skipped"])
+    )
     for name in wheel_families:
         fam = manifest["families"][name]
-        assert sorted(i["target"] for i in fam["images"]) == want_targets(name)
+        assert sorted(i["target"] for i in fam["images"]) == want_targets(plan, name)
         skipped = dict(fam["skipped"])
-        if name == "gemm":
-            assert {"sm_80", "sm_89", "sm_90a", "sm_100a", "sm_120a", "compute_80"} <= set(skipped)
-        else:
-            assert {"sm_80", "sm_86", "sm_89", "sm_100", "sm_120", "compute_120"} <= set(skipped)
+        assert skipped == dict(plan.families[name].skipped), name
         assert set(skipped.values()) == {"not in AOTKERNELS_ARCHS"}
 
 
@@ -213,19 +235,13 @@ def _doctor(unpacked: Path, tmp_path: Path, arch: str) -> dict[str, Any]:
 
 
 def test_restricted_wheel_image_choice(
-    unpacked: Path, wheel_families: list[str], tmp_path: Path
+    unpacked: Path, wheel_families: list[str], plan: Any, tmp_path: Path
 ) -> None:
-    for arch, want in (
-        ("7.5", "sm_75"),
-        ("8.6", "compute_75"),
-        ("9.0", "sm_90"),
-        ("10.0", "compute_75"),
-        ("12.0", "compute_75"),
-    ):
+    for arch in ("7.5", "8.6", "9.0", "10.0", "12.0"):
         fams = _doctor(unpacked, tmp_path, arch)
         assert sorted(fams) == sorted(wheel_families)
         for name, c in fams.items():
-            expected = ("sm_75" if arch == "7.5" else None) if name == "gemm" else want
+            expected = CHOICES[tuple(want_targets(plan, name))].get(arch)
             assert c["image"] == expected, (arch, name, c["reason"])
     fams = _doctor(unpacked, tmp_path, "7.0")
     for c in fams.values():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import re
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -56,10 +57,10 @@ def available() -> bool:
 
 
 def traced(arrays: Sequence[Any]) -> bool:
-    """Whether any of ``arrays`` is a JAX tracer (inside jit, vmap, grad...)."""
-    import jax
-
-    return any(isinstance(a, jax.core.Tracer) for a in arrays)
+    """Whether any of ``arrays`` is a JAX tracer (inside jit, vmap, grad...); without jax
+    imported, none can be."""
+    jax = sys.modules.get("jax")
+    return jax is not None and any(isinstance(a, jax.core.Tracer) for a in arrays)
 
 
 def xla_extension() -> Any:
