@@ -39,11 +39,22 @@ dweight / dbias come out bitwise the same on every GPU for the same shapes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from ..arrays import ITEMSIZE
 from ._elementwise import elementwise_config
-from ._op import Args, Launch, Meta, OutSpec, check_dtype, row_layout, rows_view
+from ._op import (
+    Args,
+    Backward,
+    BackwardCtx,
+    Launch,
+    Meta,
+    OutSpec,
+    check_dtype,
+    row_layout,
+    rows_view,
+)
 from ._rowwise import MAX_GROUP, STREAM_GROUP, _group, same_dtype, vectorizable
 
 __all__ = [
@@ -93,6 +104,17 @@ def as_rows(t: Any) -> Any:
     except ValueError:
         return t.contiguous()
     return t
+
+
+def grad_of_x(backwards: Mapping[str, Any], name: str) -> Backward:
+    """x's gradient through ``backwards[name](grad, x, **attrs)``, looked up when autograd
+    runs it (the family module defines its backward functions after the forward ops); grad is
+    viewed as rows, since autograd may hand over a broadcast one."""
+
+    def fn(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
+        return {"x": backwards[name](as_rows(grads[0]), ctx.saved["x"], **ctx.attrs)}
+
+    return Backward(saved=("x",), fn=fn)
 
 
 def _same_shape(op: str, arg: str, m: Meta, shape: tuple[int, ...], what: str) -> None:

@@ -12,13 +12,15 @@ from collections.abc import Callable
 from typing import Any
 
 from ..arrays import ITEMSIZE
-from ._backward import as_rows, elementwise_backward_launch, elementwise_backward_shapes
+from ._backward import (
+    elementwise_backward_launch,
+    elementwise_backward_shapes,
+    grad_of_x,
+)
 from ._elementwise import elementwise_config, joint_rows_view
 from ._op import (
     Args,
     Attr,
-    Backward,
-    BackwardCtx,
     Launch,
     Op,
     Output,
@@ -43,6 +45,9 @@ FAMILY = "activation"
 DTYPES = ("f32", "f16", "bf16")
 _UNROLL = 4  # kUnroll in kernels/activation/activation.cuh
 _APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}
+# The backward functions by forward op, filled at the end of the module (autograd looks them
+# up when it runs).
+_BACKWARD: dict[str, Any] = {}
 
 
 def _shapes(a: Args) -> tuple[OutSpec, ...]:
@@ -74,16 +79,6 @@ def _launcher(kernel: Callable[[Args], str]) -> Callable[[Args], list[Launch]]:
     return launch
 
 
-def _grad_fn(name: str) -> Backward:
-    """x's gradient through ``<name>_backward(grad, x, **attrs)`` (grad viewed as rows:
-    autograd may hand over a broadcast one)."""
-
-    def fn(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
-        return {"x": _BACKWARD[name](as_rows(grads[0]), ctx.saved["x"], **ctx.attrs)}
-
-    return Backward(saved=("x",), fn=fn)
-
-
 def _unary(name: str, attrs: tuple[Attr, ...] = (), kernel: Any = None) -> Op:
     return Op(
         name=name,
@@ -93,7 +88,7 @@ def _unary(name: str, attrs: tuple[Attr, ...] = (), kernel: Any = None) -> Op:
         outputs=(Output("out", inplace_of="x"),),
         shapes=_gelu_shapes if attrs else _shapes,
         launch=_launcher(kernel or (lambda a: name)),
-        backward=_grad_fn(name),
+        backward=grad_of_x(_BACKWARD, name),
     )
 
 
@@ -208,9 +203,11 @@ def sigmoid_backward(grad: Any, x: Any, *, out: Any = None, stream: Any = None) 
     return SIGMOID_BACKWARD(grad, x, out=out, stream=stream)
 
 
-_BACKWARD = {
-    "relu": relu_backward,
-    "gelu": gelu_backward,
-    "silu": silu_backward,
-    "sigmoid": sigmoid_backward,
-}
+_BACKWARD.update(
+    {
+        "relu": relu_backward,
+        "gelu": gelu_backward,
+        "silu": silu_backward,
+        "sigmoid": sigmoid_backward,
+    }
+)

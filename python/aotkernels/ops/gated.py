@@ -12,13 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ..arrays import ITEMSIZE
-from ._backward import as_rows, gated_backward_launch, gated_backward_shapes
+from ._backward import gated_backward_launch, gated_backward_shapes, grad_of_x
 from ._elementwise import elementwise_config
 from ._op import (
     Args,
     Attr,
-    Backward,
-    BackwardCtx,
     Launch,
     Op,
     Output,
@@ -34,6 +32,9 @@ FAMILY = "gated"
 DTYPES = ("f32", "f16", "bf16")
 _UNROLL = 2  # kUnroll in kernels/gated/gated.cuh
 _APPROXIMATE = {"none": "gelu_and_mul", "tanh": "gelu_tanh_and_mul"}
+# The backward functions by forward op, filled at the end of the module (autograd looks them
+# up when it runs).
+_BACKWARD: dict[str, Any] = {}
 
 
 def _shapes(a: Args) -> tuple[OutSpec, ...]:
@@ -71,16 +72,6 @@ def _launcher(kernel: Callable[[Args], str]) -> Callable[[Args], list[Launch]]:
     return launch
 
 
-def _grad_fn(name: str) -> Backward:
-    """x's gradient through ``<name>_backward(grad, x, **attrs)`` (grad viewed as rows:
-    autograd may hand over a broadcast one)."""
-
-    def fn(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
-        return {"x": _BACKWARD[name](as_rows(grads[0]), ctx.saved["x"], **ctx.attrs)}
-
-    return Backward(saved=("x",), fn=fn)
-
-
 def _gated(name: str, attrs: tuple[Attr, ...], kernel: Callable[[Args], str]) -> Op:
     return Op(
         name=name,
@@ -90,7 +81,7 @@ def _gated(name: str, attrs: tuple[Attr, ...], kernel: Callable[[Args], str]) ->
         outputs=(Output("out"),),
         shapes=_shapes,
         launch=_launcher(kernel),
-        backward=_grad_fn(name),
+        backward=grad_of_x(_BACKWARD, name),
     )
 
 
@@ -187,4 +178,4 @@ def gelu_and_mul_backward(
     return GELU_AND_MUL_BACKWARD(grad, x, approximate=approximate, out=out, stream=stream)
 
 
-_BACKWARD = {"silu_and_mul": silu_and_mul_backward, "gelu_and_mul": gelu_and_mul_backward}
+_BACKWARD.update(silu_and_mul=silu_and_mul_backward, gelu_and_mul=gelu_and_mul_backward)
