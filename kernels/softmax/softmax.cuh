@@ -1,7 +1,7 @@
 // Softmax over the last dimension: out = exp(x - max(x)) / sum(exp(x - max(x))), f32 math, one
 // rounding on store. NaN (or +inf) anywhere in a row makes the row NaN; a row that is entirely
-// -inf (fully masked) stores 0 (RELIABILITY.md #11), where torch.softmax gives NaN. The row is
-// register-resident up to 128 KB and streamed three times beyond (max, sum, store); see
+// -inf (fully masked) stores 0 (the safe-softmax convention), where torch.softmax gives NaN. The
+// row is register-resident up to 128 KB and streamed three times beyond (max, sum, store); see
 // ak/reduce.cuh.
 //
 // softmax_backward: from y = softmax(x) (the forward's output, passed as `x`) and dy,

@@ -172,7 +172,7 @@ class Matrix:
     source: str = field(default="arch_matrix.toml", compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        """The ``aotkernels matrix --json`` shape (see DESIGN.md)."""
+        """The ``aotkernels matrix --json`` shape (the README and tests/test_cli.py show it)."""
         return {
             "targets": [
                 {

@@ -33,7 +33,7 @@ Subcommands:
                4*B*H*N^2*D, halved when causal); ak.attention_decode (Sq 1, H 32, Hkv 8, D 128)
                KV-cache TB/s vs SDPA and the device copy, contiguous and paged (64-token pages)
 
-Method (PERFORMANCE.md): CUDA events, warm-up, median of many repeats, random data, inputs
+Method: CUDA events, warm-up, median of many repeats, random data, inputs
 rotated when they fit in L2. Bytes count each input read once and each output written once.
 GEMM rows are timed back to back (a GPU sleep hides Python's launch cost; ``launch`` measures
 that) in two alternating rounds of ours and the anchor, after one call of each compared for
@@ -574,7 +574,7 @@ def gemm_shapes(kinds: Sequence[str], quick: bool) -> list[GemmShape]:
 
 
 def gemm_goal(dtype: str, shape: GemmShape) -> float:
-    """The ratio over the anchor we aim for (PERFORMANCE.md, goals).
+    """The ratio over the anchor we aim for (the project's performance goals).
 
     int8: 8x ``torch._int_mm``; fp8: cuBLAS on every shape; bf16/f16: cuBLAS on large squares
     (>= 4096), 0.9x on LLM shapes and on the small squares (1024, 2048), which are not "large".

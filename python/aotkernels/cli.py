@@ -1,6 +1,6 @@
 """The ``aotkernels`` command: matrix, inspect, doctor, bench.
 
-Tables through rich; ``--json`` prints the machine-readable shapes DESIGN.md fixes.
+Tables through rich; ``--json`` prints the machine-readable shapes scripts rely on.
 """
 
 from __future__ import annotations

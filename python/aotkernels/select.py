@@ -1,6 +1,6 @@
 """Image choice: which image of a family's fatbin a device runs, and why.
 
-Per device and family, in this order (DESIGN.md):
+Per device and family, in this order:
   1. the exact arch-specific cubin (``sm_90a`` on a 9.0 device);
   2. a family-specific cubin of the same major, highest minor <= the device's (``sm_100f`` on 10.3);
   3. a generic cubin of the same major, highest minor <= the device's (``sm_120`` on 12.1);
