@@ -460,13 +460,6 @@ def _check_overlaps(op: Op, arrays: Sequence[_Array]) -> None:
             )
 
 
-class _Compiled(NamedTuple):
-    """A validated call shape: every launch with its pointer binding, ready to run."""
-
-    specs: tuple[OutSpec, ...]
-    plans: tuple[tuple[Any, tuple[str | None, ...]], ...]  # (_core.LaunchPlan, ptr arg names)
-
-
 class PackedLaunch(NamedTuple):
     """A launch as both launch paths take it (``_core.LaunchPlan`` and the XLA FFI handler)."""
 
@@ -783,13 +776,13 @@ def _general(
     if check:
         _check_overlaps(op, arrs)
     a = Args(op, metas, attr_map, x.device, outs)
-    compiled = _Compiled(specs, _compile_launches(op, op.launch(a), x.device))
+    plans = _compile_launches(op, op.launch(a), x.device)
     ptrs: dict[str | None, int] = {None: 0}
     ptrs.update({ar.name: ar.ptr for ar in arrs})
-    for plan, slots in compiled.plans:
+    for plan, slots in plans:
         plan(s, *[ptrs[n] for n in slots])
     if fw.name == "torch":
-        _remember(op, raw, out, compiled, results, arrs, check)
+        _remember(op, raw, out, plans, results, arrs, check)
     if fw.name == "torch" and stream is not None:
         for r, o in zip(results, op.outputs, strict=True):
             if o.hidden:  # workspaces die here while the kernels may still run on stream
@@ -854,7 +847,7 @@ def _remember(
     op: Op,
     raw: tuple[Sequence[Any], Mapping[str, Any]],
     out: Any,
-    compiled: _Compiled,
+    plans: Sequence[tuple[Any, tuple[str | None, ...]]],
     results: Sequence[Any],
     arrs: Sequence[_Array],
     check: bool,
@@ -869,7 +862,7 @@ def _remember(
     null = len(names)
     launches = tuple(
         (plan, tuple(null if n is None else names.index(n) for n in slots))
-        for plan, slots in compiled.plans
+        for plan, slots in plans
     )
     x = next(a for a in full if a is not None)
     like_x = (x.shape, x.dtype) if x.is_contiguous() else None
