@@ -861,8 +861,7 @@ def _remember(
     names = [t.name for t in op.inputs] + [o.name for o in op.outputs]
     null = len(names)
     launches = tuple(
-        (plan, tuple(null if n is None else names.index(n) for n in slots))
-        for plan, slots in plans
+        (plan, tuple(null if n is None else names.index(n) for n in slots)) for plan, slots in plans
     )
     x = next(a for a in full if a is not None)
     like_x = (x.shape, x.dtype) if x.is_contiguous() else None
