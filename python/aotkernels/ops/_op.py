@@ -25,7 +25,7 @@ import contextlib
 import math
 import numbers
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -427,26 +427,39 @@ class _Array(NamedTuple):
     inplace_of: str | None
 
 
+def _partners(arrays: Sequence[_Array], rows: Sequence[_Rows | None], i: int) -> Iterator[int]:
+    """The arrays the overlap rules check written, non-empty ``arrays[i]`` against: every other
+    non-empty one, a pair of written arrays once."""
+    for j, o in enumerate(arrays):
+        if j != i and rows[j] is not None and not (o.written and j < i):
+            yield j
+
+
+def _may_alias(w: _Array, o: _Array) -> bool:
+    """Whether one of the two is declared the in-place output of the other."""
+    return o.name == w.inplace_of or w.name == o.inplace_of
+
+
 def _check_overlaps(op: Op, arrays: Sequence[_Array]) -> None:
     """The overlap rules of the module docstring, on the arrays of one call."""
-    spans = [_span(a.meta, a.ptr) for a in arrays]
     rows = [_rows(a.meta) for a in arrays]
     for i, w in enumerate(arrays):
-        sw, rw = spans[i], rows[i]
-        if not w.written or sw is None or rw is None:
+        rw = rows[i]
+        if not w.written or rw is None:
             continue
         if _self_overlapping(w.meta):
             raise ValueError(
                 f"{op.name}: {w.name} must not overlap itself, got strides {w.meta.strides} for "
                 f"shape {w.meta.shape}"
             )
-        for j, o in enumerate(arrays):
-            so, ro = spans[j], rows[j]
-            if j == i or (o.written and j < i) or so is None or ro is None:
-                continue  # each pair with a written array once
+        for j in _partners(arrays, rows, i):
+            o, ro = arrays[j], rows[j]
+            assert ro is not None
             if not _overlap(w.ptr, rw, o.ptr, ro):
                 continue
-            if o.name == w.inplace_of or w.name == o.inplace_of:
+            sw, so = _span(w.meta, w.ptr), _span(o.meta, o.ptr)
+            assert sw is not None and so is not None
+            if _may_alias(w, o):
                 if w.ptr == o.ptr and w.meta.strides == o.meta.strides:
                     continue  # exactly in place
                 raise ValueError(
@@ -876,18 +889,15 @@ def _remember(
     overlaps = []
     if check:  # the pairs _check_overlaps looks at, as offsets from the pointers
         index = {n: i for i, n in enumerate(names)}
-        rows = {a.name: _rows(a.meta) for a in arrs}
-        for w in arrs:
-            rw = rows[w.name]
+        rows = [_rows(a.meta) for a in arrs]
+        for i, w in enumerate(arrs):
+            rw = rows[i]
             if not w.written or rw is None:
                 continue
-            for o in arrs:
-                ro = rows[o.name]
-                if o is w or ro is None or (o.written and index[o.name] < index[w.name]):
-                    continue
-                exact = (w.inplace_of == o.name or o.inplace_of == w.name) and (
-                    w.meta.strides == o.meta.strides
-                )
+            for j in _partners(arrs, rows, i):
+                o, ro = arrs[j], rows[j]
+                assert ro is not None
+                exact = _may_alias(w, o) and w.meta.strides == o.meta.strides
                 overlaps.append((index[w.name], rw, index[o.name], ro, exact))
     fast = _Fast(
         launches,
