@@ -43,12 +43,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..arrays import dtype_name
-from ._op import Args, Meta
+from ._op import Args, Meta, row_layout
 
 __all__ = [
     "RowwiseConfig",
     "check_eps",
     "joint_layout2",
+    "residual_operand",
     "row_layout2",
     "rowwise_config",
     "same_dtype",
@@ -221,6 +222,19 @@ def vector_operand(a: Args, arg: str, hidden: int) -> Meta | None:
             "contiguous copy"
         )
     return meta
+
+
+def residual_operand(a: Args, x: Meta) -> Meta:
+    """fused_add's residual: x's dtype and shape, rows of one stride."""
+    r = a.need("residual")
+    same_dtype(a.op, "residual", r, x)
+    if tuple(r.shape) != tuple(x.shape):
+        raise ValueError(
+            f"{a.op}: residual.shape must be {tuple(x.shape)} (the shape of x), got "
+            f"{tuple(r.shape)}"
+        )
+    row_layout(a.op, "residual", r)
+    return r
 
 
 def check_eps(op: str, eps: float) -> None:

@@ -40,6 +40,7 @@ from ._op import (
 from ._rowwise import (
     check_eps,
     joint_layout2,
+    residual_operand,
     row_layout2,
     rowwise_config,
     same_dtype,
@@ -144,14 +145,7 @@ RMS_NORM = Op(
 
 def _fused_add_shapes(a: Args) -> tuple[OutSpec, ...]:
     x, hidden = _check_x(a)
-    r = a.need("residual")
-    same_dtype(a.op, "residual", r, x)
-    if tuple(r.shape) != tuple(x.shape):
-        raise ValueError(
-            f"{a.op}: residual.shape must be {tuple(x.shape)} (the shape of x), got "
-            f"{tuple(r.shape)}"
-        )
-    row_layout(a.op, "residual", r)
+    residual_operand(a, x)
     vector_operand(a, "weight", hidden)
     return ()
 

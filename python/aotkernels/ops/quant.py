@@ -53,9 +53,9 @@ from ._op import (
 from ._rowwise import (
     check_eps,
     joint_layout2,
+    residual_operand,
     row_layout2,
     rowwise_config,
-    same_dtype,
     vector_operand,
 )
 
@@ -155,14 +155,7 @@ def _norm_shapes(a: Args) -> tuple[OutSpec, ...]:
     row_layout(a.op, "x", x)  # one row stride (two levels: rms_norm in x's own dtype only)
     check_eps(a.op, a.attr("eps"))
     if "residual" in a.names:
-        r = a.need("residual")
-        same_dtype(a.op, "residual", r, x)
-        if tuple(r.shape) != tuple(x.shape):
-            raise ValueError(
-                f"{a.op}: residual.shape must be {tuple(x.shape)} (the shape of x), got "
-                f"{tuple(r.shape)}"
-            )
-        row_layout(a.op, "residual", r)
+        residual_operand(a, x)
     vector_operand(a, "weight", hidden)
     if "bias" in a.names:
         vector_operand(a, "bias", hidden)
