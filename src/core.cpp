@@ -105,11 +105,11 @@ using TensorMapTuple =
 // context). Everything is fixed but the array pointers: built once per (op, layouts) by the Python
 // op layer after full validation, then called with fresh pointers on every hit, so per-call host
 // work is patching a few bytes and one cuLaunchKernel.
-class LaunchPlan {
+class PreparedLaunch {
  public:
-  LaunchPlan(std::string name, uintptr_t kernel, uintptr_t ctx, std::vector<unsigned> grid,
-             std::vector<unsigned> block, unsigned smem, nb::bytes params,
-             std::vector<size_t> ptr_offsets, std::vector<TensorMapTuple> tensor_maps)
+  PreparedLaunch(std::string name, uintptr_t kernel, uintptr_t ctx, std::vector<unsigned> grid,
+                 std::vector<unsigned> block, unsigned smem, nb::bytes params,
+                 std::vector<size_t> ptr_offsets, std::vector<TensorMapTuple> tensor_maps)
       : name_(std::move(name)),
         kernel_(reinterpret_cast<CUfunction>(kernel)),
         ctx_(reinterpret_cast<CUcontext>(ctx)),
@@ -117,18 +117,18 @@ class LaunchPlan {
         params_(params.c_str(), params.c_str() + params.size()),
         offsets_(std::move(ptr_offsets)) {
     if (grid.size() != 3 || block.size() != 3)
-      throw std::invalid_argument("LaunchPlan: grid and block take 3 dimensions");
+      throw std::invalid_argument("PreparedLaunch: grid and block take 3 dimensions");
     std::copy(grid.begin(), grid.end(), grid_);
     std::copy(block.begin(), block.end(), block_);
     for (size_t off : offsets_)
       if (off + sizeof(uintptr_t) > params_.size())
-        throw std::invalid_argument("LaunchPlan: pointer offset outside the parameters");
+        throw std::invalid_argument("PreparedLaunch: pointer offset outside the parameters");
     for (const auto& t : tensor_maps) {
       TensorMapSpec s;
       std::tie(s.offset, s.ptr_index, s.data_type, s.inner, s.outer, s.row_bytes, s.box_inner,
                s.box_outer) = t;
       if (s.offset + sizeof(CUtensorMap) > params_.size() || s.ptr_index >= offsets_.size())
-        throw std::invalid_argument("LaunchPlan: tensor map outside the parameters");
+        throw std::invalid_argument("PreparedLaunch: tensor map outside the parameters");
       maps_.push_back(s);
     }
   }
@@ -137,7 +137,7 @@ class LaunchPlan {
     require_driver();
     // No pointers: launch with the ones packed into the template (a one-off launch).
     if (ptrs.size() != 0 && ptrs.size() != offsets_.size())
-      throw std::invalid_argument("LaunchPlan: expected " + std::to_string(offsets_.size()) +
+      throw std::invalid_argument("PreparedLaunch: expected " + std::to_string(offsets_.size()) +
                                   " pointers, got " + std::to_string(ptrs.size()));
     for (size_t i = 0; i < ptrs.size(); ++i) {
       uintptr_t p = nb::cast<uintptr_t>(ptrs[i]);
@@ -262,11 +262,11 @@ NB_MODULE(_core, m) {
   m.def("set_error_type", &set_error_type);
   m.def("dlpack_info", &dlpack_info);
   m.def("empty", &empty);
-  nb::class_<LaunchPlan>(m, "LaunchPlan")
+  nb::class_<PreparedLaunch>(m, "PreparedLaunch")
       .def(nb::init<std::string, uintptr_t, uintptr_t, std::vector<unsigned>, std::vector<unsigned>,
                     unsigned, nb::bytes, std::vector<size_t>, std::vector<TensorMapTuple>>(),
            nb::arg("name"), nb::arg("kernel"), nb::arg("ctx"), nb::arg("grid"), nb::arg("block"),
            nb::arg("smem"), nb::arg("params"), nb::arg("ptr_offsets"),
            nb::arg("tensor_maps") = std::vector<TensorMapTuple>())
-      .def("__call__", &LaunchPlan::operator());
+      .def("__call__", &PreparedLaunch::operator());
 }

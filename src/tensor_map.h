@@ -1,5 +1,5 @@
 // The TMA descriptors a launch re-encodes around fresh pointers, shared by the two launch paths
-// (_core's LaunchPlan and _xla's FFI handler) so that both encode exactly the same descriptor.
+// (_core's PreparedLaunch and _xla's FFI handler) so that both encode exactly the same descriptor.
 #pragma once
 
 #include <cuda.h>

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import math
 import os
-import struct
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -35,6 +33,7 @@ from aotkernels.ops.attention import (
     validate_dense,
 )
 from helpers.fake_dlpack import FakeCudaArray
+from helpers.fake_family import fake_family
 from helpers.sanitizer import assert_clean, sanitizer_or_skip
 
 ENV = "AOTKERNELS_ATTENTION_PATH"
@@ -420,40 +419,22 @@ def test_no_kernel_for_dtype() -> None:
 
 
 class FakeGpu:
-    """family_on, the allocator and _core.LaunchPlan replaced: calls run to their launches,
+    """family_on, the allocator and _core.PreparedLaunch replaced: calls run to their launches,
     which are recorded with the parameter block the kernel would receive."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         from aotkernels import _core
-        from aotkernels._paths import matrix_path
-        from aotkernels.arch_matrix import load_matrix
-        from aotkernels.device import DeviceInfo
-        from aotkernels.plan import param_layout
 
-        matrix = load_matrix(matrix_path(), check_sources=False)
-        spec = matrix.families["attention"]
-        fmt, _, offsets = param_layout(spec.params)
-        self.struct = struct.Struct(fmt)
-        self.names = [name for name, _ in spec.params]
-        self.ptr_names = [name for name, ptype in spec.params if ptype == "ptr"]
-        self.ptr_offsets = [off for name, off in offsets if name in self.ptr_names]
-        tgt = matrix.targets["sm_90a"]
-        specs = spec.entry_specs(matrix.dtypes)
-        self.family = SimpleNamespace(
-            device=DeviceInfo(0, "Fake GPU", tgt.cc, 132, 0xC0),
-            choice=SimpleNamespace(target="sm_90a"),
-            kernels={e.symbol: 0x1000 + i for i, e in enumerate(specs)},
-            variants={v.name: {"path": v.path, **dict(v.constants)} for v in spec.variants},
-            params=self.struct,
-            param_fields=[tuple(p) for p in spec.params],
-            ptr_offsets=self.ptr_offsets,
-            field_offsets=dict(offsets),
-        )
+        self.family = fake_family("attention", "sm_90a")
+        self.struct = self.family.params
+        self.names = [name for name, _ in self.family.param_fields]
+        self.ptr_names = [name for name, ptype in self.family.param_fields if ptype == "ptr"]
+        self.ptr_offsets = self.family.ptr_offsets
         self.launches: list[dict[str, Any]] = []
         self.allocs: list[FakeCudaArray] = []
         monkeypatch.setattr(loader, "family_on", lambda name, dev: self.family)
         monkeypatch.setattr(arrays.Framework, "empty", self._empty)
-        monkeypatch.setattr(_core, "LaunchPlan", self._plan)
+        monkeypatch.setattr(_core, "PreparedLaunch", self._plan)
         monkeypatch.setattr(_op, "_PLANS", {})
         monkeypatch.delenv(ENV, raising=False)
 

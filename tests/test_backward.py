@@ -946,11 +946,8 @@ def test_launch_args_carry_64_bit_strides() -> None:
     (the rules' args, packed with the family's struct layout)."""
     import struct
 
-    from aotkernels._paths import matrix_path
-    from aotkernels.arch_matrix import load_matrix
-    from aotkernels.plan import param_layout
+    from helpers.fake_family import fake_family
 
-    matrix = load_matrix(matrix_path(), check_sources=False)
     big = 2**31 + 8
     x, g, o = (fake((2, 128), strides=(big + i, 1)) for i in (0, 16, 32))
     half = fake((2, 64), strides=(big + 48, 1))
@@ -963,8 +960,8 @@ def test_launch_args_carry_64_bit_strides() -> None:
     ]
     for name, given, outs in cases:
         op = REGISTRY[name]
-        fields = matrix.families[op.family].params
-        fmt = param_layout(fields)[0]
+        fam = fake_family(op.family, "sm_90")
+        fields, fmt = fam.param_fields, fam.params.format
         for ln in op.launch(args(name, outs, **given)):
             values = [0 if t == "ptr" else ln.args.get(n, 0) for n, t in fields]
             packed = dict(zip((n for n, _ in fields), struct.unpack(fmt, struct.pack(fmt, *values)),

@@ -382,7 +382,7 @@ def test_api_matrix_and_doctor_survive_repeated_calls() -> None:
     """ak.matrix() / ak.doctor() must stay callable: a submodule of the same name, once imported,
     would replace the function on the package (regression: matrix.py / doctor.py)."""
     import aotkernels as ak
-    import aotkernels.arch_matrix  # importing submodules must not shadow the API
+    import aotkernels._build.matrix  # importing submodules must not shadow the API
     import aotkernels.cli
 
     for _ in range(2):

@@ -15,24 +15,14 @@ from typing import Any
 
 import pytest
 
-from aotkernels.arch_matrix import load_matrix
-from aotkernels.fatbin import (
-    FATBIN_MAGIC,
-    FatbinError,
-    FatbinImage,
-    extract_image,
-    image_symbols,
-    lz4_block_decompress,
-    read_fatbin,
-)
-from aotkernels.manifest import (
-    ManifestError,
-    check_fatbin,
-    image_record,
-    load_manifest,
-    write_manifest,
-)
-from aotkernels.plan import _image_condition, entry_json, make_plan
+from aotkernels._build import symbols
+from aotkernels._build.manifest_writer import check_fatbin, write_manifest
+from aotkernels._build.matrix import load_matrix
+from aotkernels._build.plan import _image_condition, entry_json, make_plan, param_layout
+from aotkernels._build.symbols import image_symbols, lz4_block_decompress
+from aotkernels.fatbin import FATBIN_MAGIC, FatbinError, FatbinImage, extract_image, read_fatbin
+from aotkernels.manifest import ManifestError, image_record, load_manifest
+from aotkernels.select import parse_version
 from conftest import ROOT
 from helpers import variant
 
@@ -197,15 +187,19 @@ def test_installed_fatbins_match_manifest(installed_kernels: Path) -> None:
 def test_installed_images_are_what_the_matrix_promised(installed_kernels: Path) -> None:
     manifest = load_manifest(installed_kernels)
     matrix = load_matrix(installed_kernels.parent / "arch_matrix.toml", check_sources=False)
-    toolkit = tuple(int(v) for v in manifest["toolkit"].split("."))
-    plan = make_plan(matrix, toolkit, manifest["archs"], manifest["families_filter"])
+    plan = make_plan(
+        matrix, parse_version(manifest["toolkit"]), manifest["archs"], manifest["families_filter"]
+    )
     assert set(plan.families) == set(manifest["families"])
+    assert manifest["targets"] == {n: t.cc_str for n, t in matrix.targets.items()}
     for name, fp in plan.families.items():
         fam = manifest["families"][name]
         found = sorted((r["kind"], r["arch"], r["variant"]) for r in fam["images"])
         assert found == sorted(fp.expected_images()), name
         assert fam["entries"] == [entry_json(e) for e in fp.entries()]
         assert [list(p) for p in fp.family.params] == fam["params"]
+        fmt, _, offsets = param_layout(fp.family.params)
+        assert fam["param_format"] == fmt and fam["param_offsets"] == dict(offsets), name
 
 
 # --- (c) malformed data ----------------------------------------------------------------------
@@ -337,6 +331,7 @@ def _plan_family(images: list[tuple[str, int, str]]) -> dict[str, Any]:
         "params": [["y", "ptr"], ["x", "ptr"], ["a", "f32"], ["n", "i64"]],
         "param_format": "<QQfxxxxq",
         "param_bytes": 32,
+        "param_offsets": {"y": 0, "x": 8, "a": 16, "n": 24},
         "skipped": [],
     }
 
@@ -351,6 +346,7 @@ def test_write_manifest(built: bytes, tmp_path: Path) -> None:
     plan = {
         "archs": "75;90",
         "families_filter": None,
+        "targets": {"sm_75": "7.5", "sm_90": "9.0"},
         "families": {"scale": _plan_family(EXPECTED)},
     }
     man = write_manifest(
@@ -372,6 +368,8 @@ def test_write_manifest(built: bytes, tmp_path: Path) -> None:
     assert fam["sha256"] == hashlib.sha256(built).hexdigest() and fam["bytes"] == len(built)
     assert [r["target"] for r in fam["images"]] == [i.target for i in read_fatbin(built)]
     assert fam["param_bytes"] == 32
+    assert fam["param_offsets"] == {"y": 0, "x": 8, "a": 16, "n": 24}
+    assert on_disk["targets"] == {"sm_75": "7.5", "sm_90": "9.0"}
 
 
 def test_write_manifest_rejects_a_fatbin_that_differs(built: bytes, tmp_path: Path) -> None:
@@ -397,8 +395,8 @@ def test_load_manifest_errors(tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text("{not json")
     with pytest.raises(ManifestError, match=re.escape(f"{tmp_path / 'manifest.json'}: unreadable")):
         load_manifest(tmp_path)
-    (tmp_path / "manifest.json").write_text('{"format": 2}')
-    with pytest.raises(ManifestError, match=r"format 2, this aotkernels reads 1"):
+    (tmp_path / "manifest.json").write_text('{"format": 1}')
+    with pytest.raises(ManifestError, match=r"format 1, this aotkernels reads 2"):
         load_manifest(tmp_path)
 
 
@@ -480,7 +478,7 @@ def _guarded_plan() -> dict[str, Any]:
         {"symbol": "ak_test_a_only", "op": "a_only", "dtype": "f32", "variant": "v",
          "layout": "", "images": ["sm_90a"]},
     ]  # fmt: skip
-    return {"archs": None, "families_filter": None, "families": {"guarded": fam}}
+    return {"archs": None, "families_filter": None, "targets": {}, "families": {"guarded": fam}}
 
 
 def _write_manifest_tool(plan: dict[str, Any], fatbin: Path, tmp_path: Path) -> Any:
@@ -530,10 +528,8 @@ def test_symbol_check_fails_on_a_guard_that_leaks_kernels(nvcc: str, tmp_path: P
 
 
 def test_cubin_entries_reject_non_elf() -> None:
-    from aotkernels.fatbin import cubin_entries
-
     with pytest.raises(FatbinError, match="not a little-endian ELF64"):
-        cubin_entries(b"\x7fELF\x01\x01" + bytes(100))
+        symbols.cubin_entries(b"\x7fELF\x01\x01" + bytes(100))
 
 
 def test_cuobjdump_reads_the_kernels_without_a_zstd_decoder(
@@ -542,8 +538,6 @@ def test_cuobjdump_reads_the_kernels_without_a_zstd_decoder(
     """Where this Python has no zstd decoder (a device image without zstandard), the toolkit's
     cuobjdump lists the kernels of one image extracted into its own fatbin; with neither, the
     error says what would help."""
-    import aotkernels.fatbin as fatbin_mod
-
     for module in ("compression", "compression.zstd", "zstandard"):  # import fails
         monkeypatch.setitem(sys.modules, module, None)
     zstd = [i for i in read_fatbin(built) if i.compression == "zstd"]
@@ -551,10 +545,10 @@ def test_cuobjdump_reads_the_kernels_without_a_zstd_decoder(
     if cuobjdump is not None:
         for img in read_fatbin(built_plain):
             one = extract_image(built_plain, img)
-            assert fatbin_mod.cuobjdump_symbols(cuobjdump, one, img.kind) == {"ak_test_scale"}
+            assert symbols.cuobjdump_symbols(cuobjdump, one, img.kind) == {"ak_test_scale"}
         if nvcc_release(cuobjdump.removesuffix("cuobjdump") + "nvcc") >= (12, 8):  # reads zstd
             for img in zstd:
                 assert image_symbols(built, img) == {"ak_test_scale"}, img.target
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(fatbin_mod.ZstdUnavailable, match="zstandard package"):
+    with pytest.raises(symbols.ZstdUnavailable, match="zstandard package"):
         image_symbols(built, zstd[0])

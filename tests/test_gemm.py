@@ -16,13 +16,11 @@ from __future__ import annotations
 import math
 import os
 import re
-import struct
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import pytest
@@ -32,6 +30,7 @@ from aotkernels import arrays, loader
 from aotkernels.errors import NoKernelImageError
 from aotkernels.ops import _op, gemm
 from helpers.fake_dlpack import FakeCudaArray
+from helpers.fake_family import fake_family
 from helpers.sanitizer import assert_clean, sanitizer_or_skip
 
 ENV = "AOTKERNELS_GEMM_PATH"
@@ -76,52 +75,25 @@ OUT_PTR = 0x7000000  # where the fake allocator puts outputs
 
 
 class FakeGpu:
-    """family_on, the allocator and _core.LaunchPlan replaced: calls run to the launch, which is
+    """family_on, the allocator and _core.PreparedLaunch replaced: calls run to the launch, which is
     recorded with its decoded parameter block."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         from aotkernels import _core
-        from aotkernels._paths import matrix_path
-        from aotkernels.arch_matrix import load_matrix
-        from aotkernels.plan import param_layout
 
-        self.matrix = load_matrix(matrix_path(), check_sources=False)
-        self.spec = self.matrix.families["gemm"]
-        fmt, _, offsets = param_layout(self.spec.params)
-        self.struct = struct.Struct(fmt)
-        self.names = [name for name, _ in self.spec.params]
-        ptrs = [name for name, ptype in self.spec.params if ptype == "ptr"]
-        self.ptr_offsets = [off for name, off in offsets if name in ptrs]
-        self.field_offsets = dict(offsets)
         self.launches: list[_Launch] = []
         self.use("sm_90a")
         monkeypatch.setattr(loader, "family_on", lambda name, dev: self.family)
         monkeypatch.setattr(arrays.Framework, "empty", self._empty)
-        monkeypatch.setattr(_core, "LaunchPlan", self._plan)
+        monkeypatch.setattr(_core, "PreparedLaunch", self._plan)
         monkeypatch.setattr(_op, "_PLANS", {})
         for var in (ENV, "AOTKERNELS_GEMM_TCGEN05"):
             monkeypatch.delenv(var, raising=False)
 
     def use(self, target: str, sm_count: int = 132) -> None:
-        from aotkernels.device import DeviceInfo
-
-        tgt = self.matrix.targets[target]
-        specs = self.spec.entry_specs(self.matrix.dtypes)
-        kernels = {e.symbol: 0x1000 + i for i, e in enumerate(specs) if e.requires <= tgt.features}
-        variants = {
-            v.name: {"path": v.path, "requires": list(v.requires), **dict(v.constants)}
-            for v in self.spec.variants
-        }
-        self.family = SimpleNamespace(
-            device=DeviceInfo(0, "Fake GPU", tgt.cc, sm_count, 0xC0),
-            choice=SimpleNamespace(target=target),
-            kernels=kernels,
-            variants=variants,
-            params=self.struct,
-            param_fields=[tuple(p) for p in self.spec.params],
-            ptr_offsets=self.ptr_offsets,
-            field_offsets=self.field_offsets,
-        )
+        self.family = fake_family("gemm", target, sm_count)
+        self.struct = self.family.params
+        self.names = [name for name, _ in self.family.param_fields]
 
     def _empty(self, like: Any, shape: Any, dtype: str) -> Any:
         return FakeCudaArray(shape, arrays.dtype_name(dtype), ptr=OUT_PTR)
@@ -131,9 +103,9 @@ class FakeGpu:
         params: bytes, ptr_offsets: list[int], tmaps: Any = (),
     ) -> Any:  # fmt: skip
         assert func == self.family.kernels[symbol] and ctx == 0xC0
-        assert ptr_offsets == self.ptr_offsets
+        assert ptr_offsets == self.family.ptr_offsets
         packed = dict(zip(self.names, self.struct.unpack(params), strict=True))
-        ptr_names = [name for name, ptype in self.spec.params if ptype == "ptr"]
+        ptr_names = [name for name, ptype in self.family.param_fields if ptype == "ptr"]
         rec = self.launches
 
         class Plan:

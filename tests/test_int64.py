@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import gc
 import math
-import struct
 import sys
 from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -28,6 +26,7 @@ import pytest
 import aotkernels as ak
 from helpers import reference
 from helpers.fake_dlpack import FakeCudaArray
+from helpers.fake_family import fake_family
 
 GiB = 1 << 30
 BIG = 2**31  # the first element index a signed 32-bit product cannot reach
@@ -566,39 +565,25 @@ def test_launch_parameters_carry_64_bit_values(monkeypatch: pytest.MonkeyPatch) 
     """Row strides past 2**31 elements and starts past 2**32 bytes (DLPack byte_offset) reach
     every family's parameter block unchanged (CPU: the launch is captured, not run)."""
     from aotkernels import _core, device, loader
-    from aotkernels._paths import matrix_path
-    from aotkernels.arch_matrix import load_matrix
-    from aotkernels.plan import param_layout
 
-    matrix = load_matrix(matrix_path(), check_sources=False)
-    dev = device.DeviceInfo(0, "Fake GPU", (9, 0), 132, 0xC0)
+    families = {
+        name: fake_family(name, "sm_90a" if name == "gemm" else "sm_90")
+        for name in ("activation", "gated", "norm", "softmax", "gemm")
+    }
+    dev = families["gemm"].device
     launches: list[dict[str, Any]] = []
 
     def family_on(name: str, index: int) -> Any:
-        spec = matrix.families[name]
-        fmt, _, offsets = param_layout(spec.params)
-        tgt = matrix.targets["sm_90a" if name == "gemm" else "sm_90"]
-        specs = spec.entry_specs(matrix.dtypes)
-        ptrs = [n for n, t in spec.params if t == "ptr"]
-        return SimpleNamespace(
-            device=dev,
-            choice=SimpleNamespace(target=tgt.name),
-            kernels={e.symbol: 1 for e in specs if e.requires <= tgt.features},
-            variants={v.name: {"path": v.path, **dict(v.constants)} for v in spec.variants},
-            params=struct.Struct(fmt),
-            ptr_offsets=[off for n, off in offsets if n in ptrs],
-            field_offsets=dict(offsets),
-            names=[n for n, _ in spec.params],
-            param_fields=[tuple(p) for p in spec.params],
-        )
+        return families[name]
 
     class Plan:
         """Records the decoded parameter block; a call patches the pointers in, as _core does."""
 
         def __init__(self, symbol: str, *args: Any) -> None:
             params, ptr_offsets = args[5], args[6]
-            fam = next(f for n in matrix.families if symbol in (f := family_on(n, 0)).kernels)
-            self.fields = dict(zip(fam.names, fam.params.unpack(params), strict=True))
+            fam = next(f for f in families.values() if symbol in f.kernels)
+            names = [n for n, _ in fam.param_fields]
+            self.fields = dict(zip(names, fam.params.unpack(params), strict=True))
             self.fields["symbol"] = symbol
             by_offset = {off: name for name, off in fam.field_offsets.items()}
             self.slots = [by_offset[off] for off in ptr_offsets]
@@ -608,7 +593,7 @@ def test_launch_parameters_carry_64_bit_values(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(loader, "family_on", family_on)
     monkeypatch.setattr(device, "device_info", lambda index: dev)
-    monkeypatch.setattr(_core, "LaunchPlan", Plan)
+    monkeypatch.setattr(_core, "PreparedLaunch", Plan)
     base, off = 0x7F00_0000_0000, 2**33 + 32  # starts 8 GiB + 32 B past the capsule's data
     row = BIG + 8  # elements
 

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
+from helpers.fake_family import fake_family
 
 # JAX would take 75% of the GPU's memory on first use, starving the torch tests after these.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -228,25 +229,10 @@ def test_describe_lowering_names_the_target_and_vmaps_sequentially() -> None:
 # --- the generic lowering of real op declarations, on CPU ---------------------------------------
 
 
-class _FamilyLayout:
-    """What the lowering reads of a loaded family (its parameter layout), from the matrix."""
-
-    def __init__(self, name: str) -> None:
-        from aotkernels._paths import matrix_path
-        from aotkernels.arch_matrix import load_matrix
-        from aotkernels.plan import param_layout
-
-        params = list(load_matrix(matrix_path(), check_sources=False).families[name].params)
-        fmt, _, offsets = param_layout(params)
-        self.param_fields = params
-        self.params = struct.Struct(fmt)
-        self.field_offsets = dict(offsets)
-        self.ptr_offsets = [
-            off for (_, t), (_, off) in zip(params, offsets, strict=True) if t == "ptr"
-        ]
-
-    def fields(self, block: bytes) -> dict[str, Any]:
-        return dict(zip((n for n, _ in self.param_fields), self.params.unpack(block), strict=True))
+def _fields(family: str, block: bytes) -> dict[str, Any]:
+    """A launch's parameter block decoded with the family's layout (as the loader reads it)."""
+    fam = fake_family(family, "sm_90")
+    return dict(zip((n for n, _ in fam.param_fields), fam.params.unpack(block), strict=True))
 
 
 @pytest.fixture
@@ -258,7 +244,7 @@ def no_gpu_needed(monkeypatch: pytest.MonkeyPatch) -> None:
     class _Device:
         sm_count = 132
 
-    monkeypatch.setattr(loader, "family_on", lambda name, d: _FamilyLayout(name))
+    monkeypatch.setattr(loader, "family_on", lambda name, d: fake_family(name, "sm_90"))
     monkeypatch.setattr(device, "device_info", lambda d: _Device())
     monkeypatch.setattr(_jax, "kernel_name", lambda family, symbol: f"{family}/{symbol}")
 
@@ -285,7 +271,7 @@ def test_lowering_binds_inputs_and_outputs_by_name(no_gpu_needed: None) -> None:
 
     x = jnp.ones((4, 40), jnp.bfloat16)
     out, (block,) = _lowered(SILU, [x])
-    v = _FamilyLayout("activation").fields(block)
+    v = _fields("activation", block)
     assert v["x"] == x.unsafe_buffer_pointer()
     assert v["out"] == out.unsafe_buffer_pointer()
     assert v["rows"] * v["cols"] == 160 and out.shape == x.shape and out.dtype == x.dtype
@@ -297,7 +283,7 @@ def test_lowering_gives_mutated_inputs_fresh_buffers(no_gpu_needed: None) -> Non
 
     x, r, w = jnp.ones((4, 64)), jnp.full((4, 64), 2.0), jnp.ones((64,))
     (new_x, new_r), (block,) = _lowered(FUSED_ADD_RMS_NORM, [x, r, w], eps=1e-5)
-    v = _FamilyLayout("norm").fields(block)
+    v = _fields("norm", block)
     # The kernel writes x and residual in place: XLA hands it copies (the inputs stay live), and
     # those copies are what the op returns.
     assert v["x"] == v["out"] == new_x.unsafe_buffer_pointer() != x.unsafe_buffer_pointer()
@@ -314,7 +300,7 @@ def test_lowering_threads_a_workspace_between_launches(no_gpu_needed: None) -> N
 
     g, x, w = jnp.ones((4, 64)), jnp.full((4, 64), 2.0), jnp.ones((64,))
     (dx, dw), blocks = _lowered(RMS_NORM_BACKWARD, [g, x, w])
-    first, second = (_FamilyLayout("norm").fields(b) for b in blocks)
+    first, second = (_fields("norm", b) for b in blocks)
     assert first["ws"] == second["ws"] != 0
     assert first["out"] == dx.unsafe_buffer_pointer() and first["dy"] == g.unsafe_buffer_pointer()
     assert second["dweight"] == dw.unsafe_buffer_pointer()
@@ -326,7 +312,7 @@ def test_lowering_of_absent_optionals_and_empty_arrays(no_gpu_needed: None) -> N
     from aotkernels.ops.norm import LAYER_NORM, RMS_NORM
 
     _, (block,) = _lowered(LAYER_NORM, [jnp.ones((4, 64)), None, None])
-    v = _FamilyLayout("norm").fields(block)
+    v = _fields("norm", block)
     assert v["weight"] == v["bias"] == 0 and v["flags"] == 0
     out, blocks = _lowered(RMS_NORM, [jnp.ones((0, 64)), jnp.ones((64,))])
     assert blocks == [] and out.shape == (0, 64)  # nothing to launch, an empty result

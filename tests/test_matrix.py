@@ -16,7 +16,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from aotkernels.arch_matrix import MatrixError, load_matrix, parse_matrix, parse_target_name
+from aotkernels._build.matrix import MatrixError, load_matrix, parse_matrix, parse_target_name
 from conftest import ROOT
 
 MATRIX_PATH = ROOT / "arch_matrix.toml"

@@ -527,7 +527,7 @@ def test_runs_on_the_callers_stream() -> None:
 
 @pytest.mark.gpu
 def test_cached_plans_follow_pointers_alignment_and_overlap() -> None:
-    """Second calls take the cached launch plan: new pointers, a change of 16-byte alignment
+    """Second calls take the cached prepared launch: new pointers, a change of 16-byte alignment
     and a newly overlapping argument must all still give the right answer or the error."""
     import torch
 

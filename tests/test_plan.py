@@ -21,8 +21,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from aotkernels.arch_matrix import Matrix, load_matrix, parse_matrix
-from aotkernels.plan import (
+from aotkernels._build.matrix import Matrix, load_matrix, parse_matrix
+from aotkernels._build.plan import (
     PlanError,
     check_toolkit,
     make_plan,
@@ -535,7 +535,7 @@ def test_image_conditions_need_no_macro_newer_than_cuda_12_0() -> None:
     """`a` passes are told apart by __CUDA_ARCH_FEAT_SM<cc>_ALL (nvcc >= 12.0), not by
     __CUDA_ARCH_SPECIFIC__, which nvcc 12.4 does not define (the guards then dropped every
     wgmma and fp8 entry of the sm_90a image and let the generic ones in)."""
-    from aotkernels.plan import _image_condition
+    from aotkernels._build.plan import _image_condition
 
     a = _image_condition("sm_90a")
     assert a == "(__CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL))"

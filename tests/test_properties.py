@@ -22,7 +22,7 @@ after a result, every byte outside the op's outputs (``out=`` and the documented
 arguments) must hold its bits, and after an error every byte of every buffer.
 
 Each case runs twice on fresh buffers of the same layouts, so that the second call takes the
-torch fast path (the cached launch plan) where the first call built it.
+torch fast path (the cached prepared launch) where the first call built it.
 
 ``AK_PROPERTY_SEEDS`` sets how many seeds run (default 1000), ``AK_PROPERTY_FIRST_SEED`` the
 first one. Replay one case (the failure message prints it) with

@@ -354,11 +354,11 @@ def test_launch_plan_binding_checks_its_arguments() -> None:
     from aotkernels import _core
 
     params = bytes(48)
-    _core.LaunchPlan("ak_relu_f32", 0, 0, [1, 1, 1], [256, 1, 1], 0, params, [0, 8])
+    _core.PreparedLaunch("ak_relu_f32", 0, 0, [1, 1, 1], [256, 1, 1], 0, params, [0, 8])
     with pytest.raises(ValueError, match="pointer offset outside the parameters"):
-        _core.LaunchPlan("ak_relu_f32", 0, 0, [1, 1, 1], [256, 1, 1], 0, params, [44])
+        _core.PreparedLaunch("ak_relu_f32", 0, 0, [1, 1, 1], [256, 1, 1], 0, params, [44])
     with pytest.raises(ValueError, match="3 dimensions"):
-        _core.LaunchPlan("ak_relu_f32", 0, 0, [1, 1], [256, 1, 1], 0, params, [0])
+        _core.PreparedLaunch("ak_relu_f32", 0, 0, [1, 1], [256, 1, 1], 0, params, [0])
 
 
 class _CaiOnly:

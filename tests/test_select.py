@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from aotkernels import AotKernelsError, DriverTooOldError, NoKernelImageError
-from aotkernels.arch_matrix import load_matrix, parse_target_name
+from aotkernels._build.matrix import load_matrix, parse_target_name
 from aotkernels.manifest import load_manifest
 from aotkernels.select import choose_image, driver_for_ptx_isa, driver_ptx_isa
 from helpers import variant as build_variant
@@ -24,9 +24,8 @@ def manifest(installed_kernels: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def matrix_targets(installed_kernels: Path) -> dict[str, tuple[int, int]]:
-    m = load_matrix(installed_kernels.parent / "arch_matrix.toml", check_sources=False)
-    return {n: t.cc for n, t in m.targets.items()}
+def known_targets(manifest: dict[str, Any]) -> dict[str, str]:
+    return dict(manifest["targets"])
 
 
 # --- the rules, restated from target names only (an independent oracle) ----------------------
@@ -100,16 +99,16 @@ GENERIC_FAMILY_CHOICE = {
 
 @pytest.mark.parametrize("cc", SIMULATED, ids=lambda c: f"{c[0]}.{c[1]}")
 def test_real_manifest_follows_the_rules(
-    manifest: dict[str, Any], matrix_targets: dict[str, tuple[int, int]], cc: tuple[int, int]
+    manifest: dict[str, Any], known_targets: dict[str, str], cc: tuple[int, int]
 ) -> None:
     isa = driver_ptx_isa(DRIVER_13_0)
     for name, fam in manifest["families"].items():
         want = expected_choice(fam["images"], cc, isa)
         if want == "error":
             with pytest.raises(NoKernelImageError):
-                choose_image(name, fam, cc, DRIVER_13_0, matrix_targets=matrix_targets)
+                choose_image(name, fam, cc, DRIVER_13_0, known_targets=known_targets)
             continue
-        choice = choose_image(name, fam, cc, DRIVER_13_0, matrix_targets=matrix_targets)
+        choice = choose_image(name, fam, cc, DRIVER_13_0, known_targets=known_targets)
         assert choice.target == want, (name, cc, choice.reason)
         assert choice.family == name
         assert choice.image in fam["images"]
@@ -164,7 +163,7 @@ def test_real_generic_families(manifest: dict[str, Any], cc: tuple[int, int]) ->
 
 
 def test_real_manifest_pre_turing_has_no_image(
-    manifest: dict[str, Any], matrix_targets: dict[str, tuple[int, int]]
+    manifest: dict[str, Any], known_targets: dict[str, str]
 ) -> None:
     fam = manifest["families"]["activation"]
     with pytest.raises(NoKernelImageError) as info:
@@ -174,7 +173,7 @@ def test_real_manifest_pre_turing_has_no_image(
             (7, 0),
             DRIVER_13_0,
             device="device 0 (Tesla V100)",
-            matrix_targets=matrix_targets,
+            known_targets=known_targets,
         )
     msg = str(info.value)
     assert msg.startswith("activation: no kernel image for device 0 (Tesla V100)")
@@ -311,7 +310,7 @@ def test_no_image_message_with_known_target() -> None:
             (12, 0),
             DRIVER_13_0,
             device="device 1 (NVIDIA RTX PRO 6000)",
-            matrix_targets={"sm_80": (8, 0), "sm_120": (12, 0), "sm_120a": (12, 0)},
+            known_targets={"sm_80": "8.0", "sm_120": "12.0", "sm_120a": "12.0"},
         )
     msg = str(info.value)
     assert isinstance(info.value, AotKernelsError) and isinstance(info.value, RuntimeError)
@@ -330,7 +329,7 @@ def test_no_image_message_when_matrix_lacks_the_target() -> None:
             (11, 0),
             DRIVER_13_0,
             device="device 0 (NVIDIA Thor)",
-            matrix_targets={"sm_100": (10, 0)},
+            known_targets={"sm_100": "10.0"},
         )
     msg = str(info.value)
     assert msg.startswith("norm: no kernel image for device 0 (NVIDIA Thor)")

@@ -88,8 +88,8 @@ def manifest(unpacked: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def plan(unpacked: Path, manifest: dict[str, Any]) -> Any:
     """The build plan of the wheel's own matrix under ARCHS: what each family must hold."""
-    from aotkernels.arch_matrix import load_matrix
-    from aotkernels.plan import make_plan
+    from aotkernels._build.matrix import load_matrix
+    from aotkernels._build.plan import make_plan
 
     matrix = load_matrix(unpacked / "aotkernels" / "arch_matrix.toml", check_sources=False)
     toolkit = tuple(int(v) for v in manifest["toolkit"].split("."))
@@ -115,7 +115,7 @@ def test_wheel_contents(names: list[str], wheel_families: list[str]) -> None:
         "aotkernels/fatbin.py",
         "aotkernels/manifest.py",
         "aotkernels/select.py",
-        "aotkernels/plan.py",
+        "aotkernels/_build/plan.py",
         "aotkernels/loader.py",
         "aotkernels/ops/__init__.py",
     ):

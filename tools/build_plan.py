@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-from aotkernels.arch_matrix import MatrixError, load_matrix
-from aotkernels.plan import PlanError, check_toolkit, make_plan, summary_line, write_plan
+from aotkernels._build.matrix import MatrixError, load_matrix
+from aotkernels._build.plan import PlanError, check_toolkit, make_plan, summary_line, write_plan
 
 
 def cutlass_include() -> Path | None:

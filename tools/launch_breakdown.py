@@ -48,7 +48,7 @@ def host_costs() -> None:
     cu = device.cuda_driver()
     _, kern = cu.cuLibraryGetKernel(fam.library, b"ak_relu_f32")
     params = fam.params.pack(yp, xp, 1, 1024, 1024, 1024)
-    by_kernel = _core.LaunchPlan(
+    by_kernel = _core.PreparedLaunch(
         "k", int(kern), fam.device.context, [1, 1, 1], [256, 1, 1], 0, params, fam.ptr_offsets
     )
     rows = {

@@ -33,10 +33,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from aotkernels.arch_matrix import parse_matrix
+from aotkernels._build.matrix import parse_matrix
+from aotkernels._build.plan import image_order
 from aotkernels.fatbin import entry_bytes, pack_fatbin, read_fatbin
 from aotkernels.manifest import image_record
-from aotkernels.plan import image_order
 
 KERNELS = "aotkernels/kernels/"
 MANIFEST = KERNELS + "manifest.json"

@@ -16,8 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
+from aotkernels._build.manifest_writer import write_manifest
 from aotkernels.fatbin import FatbinError
-from aotkernels.manifest import ManifestError, write_manifest
+from aotkernels.manifest import ManifestError
 
 
 def _version(pyproject: Path) -> str:

@@ -84,8 +84,8 @@ _install_frontends()
 
 def matrix() -> dict[str, Any]:
     """The arch matrix this package was built from, in ``aotkernels matrix --json`` shape."""
+    from ._build.matrix import load_matrix
     from ._paths import matrix_path
-    from .arch_matrix import load_matrix
 
     return load_matrix(matrix_path(), check_sources=False).to_json()
 

@@ -24,7 +24,7 @@ def dlpack_info(
 def empty(ctx: int, device_id: int, shape: Sequence[int], code: int, bits: int, /) -> object:
     """A fresh device buffer as an unconsumed DLPack capsule, freed when the consumer drops it."""
 
-class LaunchPlan:
+class PreparedLaunch:
     """One op's launch with everything fixed but the array pointers."""
 
     def __init__(

@@ -10,18 +10,9 @@ from typing import Any
 from . import device as _device
 from . import loader
 from .errors import AotKernelsError
-from .select import choose_image, format_version
+from .select import choose_image, driver_too_old, format_version, min_driver, parse_version
 
-__all__ = ["distribution", "jax_support", "min_driver", "parse_cc", "ptx_note", "report"]
-
-# Oldest Linux driver of each CUDA version (the CUDA release notes' driver table): a wheel
-# whose manifest says driver_floor "13.0" needs R580, "12.0" R525; PTX of ISA 8.4 (CUDA 12.4)
-# needs a 12.4 driver, R550.
-_MIN_DRIVER = {
-    (12, 0): "525.60.13", (12, 1): "530.30.02", (12, 2): "535.54.03", (12, 3): "545.23.06",
-    (12, 4): "550.54.14", (12, 5): "555.42.02", (12, 6): "560.28.03", (12, 8): "570.26",
-    (12, 9): "575.51.03", (13, 0): "580.65.06",
-}  # fmt: skip
+__all__ = ["distribution", "jax_support", "parse_cc", "ptx_note", "report"]
 
 
 # What a family's first load costs when the driver JIT-compiles its PTX, measured on an H200
@@ -86,11 +77,6 @@ def jax_support() -> dict[str, Any]:
     return rep
 
 
-def min_driver(floor: str) -> str | None:
-    """``"13.0"`` -> ``"580.65.06"``: the oldest NVIDIA driver serving that CUDA version."""
-    return _MIN_DRIVER.get(_version(floor))
-
-
 def ptx_note(man: dict[str, Any], driver: tuple[int, int] | None) -> str | None:
     """What this build's PTX asks of the driver beyond its cubins' floor, for ``driver``.
 
@@ -98,7 +84,7 @@ def ptx_note(man: dict[str, Any], driver: tuple[int, int] | None) -> str | None:
     GPUs without a cubin here run (Blackwell, for one), needs a 12.4 driver (R550) to JIT.
     """
     ptx_floor = man.get("ptx_driver_floor")
-    if not ptx_floor or _version(ptx_floor) <= _version(man["driver_floor"]):
+    if not ptx_floor or parse_version(ptx_floor) <= parse_version(man["driver_floor"]):
         return None
     need = min_driver(ptx_floor)
     note = (
@@ -106,17 +92,13 @@ def ptx_note(man: dict[str, Any], driver: tuple[int, int] | None) -> str | None:
         + (f" (NVIDIA >= {need})" if need else "")
         + "; the GPUs with no cubin in this build JIT that PTX"
     )
-    if driver is not None and _version(man["driver_floor"]) <= driver < _version(ptx_floor):
+    floor = parse_version(man["driver_floor"])
+    if driver is not None and floor <= driver < parse_version(ptx_floor):
         note += (
             f". With a CUDA {format_version(driver)} driver: the cubins run, the PTX does not "
             "(a GPU with no cubin here gets DriverTooOldError)"
         )
     return note
-
-
-def _version(text: str) -> tuple[int, int]:
-    major, minor = (int(v) for v in str(text).split(".")[:2])
-    return major, minor
 
 
 def parse_cc(text: str) -> tuple[int, int]:
@@ -130,8 +112,7 @@ def parse_cc(text: str) -> tuple[int, int]:
 
 def _families(cc: tuple[int, int], driver: tuple[int, int], label: str) -> dict[str, Any]:
     man = loader.manifest()
-    targets = loader._matrix_targets()
-    floor = _version(man["driver_floor"])
+    too_old = driver_too_old(man, driver)
     out: dict[str, Any] = {}
     for name, fam in man["families"].items():
         try:
@@ -142,7 +123,7 @@ def _families(cc: tuple[int, int], driver: tuple[int, int], label: str) -> dict[
                 driver,
                 device=label,
                 force_ptx=loader.force_ptx(),
-                matrix_targets=targets,
+                known_targets=man["targets"],
             )
             out[name] = {"image": c.target, "kind": c.image["kind"], "reason": c.reason}
             if c.image["kind"] == "ptx" and c.image.get("uncompressed_bytes"):
@@ -154,7 +135,7 @@ def _families(cc: tuple[int, int], driver: tuple[int, int], label: str) -> dict[
                 out[name]["paths"] = paths
         except AotKernelsError as e:
             out[name] = {"image": None, "kind": None, "reason": str(e), "error": type(e).__name__}
-        if driver < floor:  # as the loader does: below the floor nothing of this build loads
+        if too_old:  # as the loader does: below the floor nothing of this build loads
             would = out[name]
             if would["image"] is not None:
                 would = f"with such a driver it would run {would['image']}: {would['reason']}"
@@ -163,7 +144,7 @@ def _families(cc: tuple[int, int], driver: tuple[int, int], label: str) -> dict[
             out[name] = {
                 "image": None,
                 "kind": None,
-                "reason": f"{_too_old(man, driver)}; {would}",
+                "reason": f"{too_old}; {would}",
                 "error": "DriverTooOldError",
             }
     return out
@@ -174,16 +155,6 @@ def _paths_in(fam: dict[str, Any], target: str) -> list[str]:
     variants = fam.get("variants", {})
     held = {e["variant"] for e in fam["entries"] if target in e.get("images", ())}
     return sorted({variants[v]["path"] for v in held if v in variants})
-
-
-def _too_old(man: dict[str, Any], driver: tuple[int, int]) -> str:
-    need = min_driver(man["driver_floor"])
-    return (
-        f"this aotkernels build (CUDA {man['toolkit']}) needs a driver supporting CUDA >= "
-        f"{man['driver_floor']}"
-        + (f" (NVIDIA driver >= {need})" if need else "")
-        + f"; the driver supports CUDA {format_version(driver)}"
-    )
 
 
 def report(arch: str | None = None, driver: str | None = None) -> dict[str, Any]:
@@ -209,15 +180,15 @@ def report(arch: str | None = None, driver: str | None = None) -> dict[str, Any]
     try:
         real_driver = _device.driver_version()
         rep["driver"] = format_version(real_driver)
-        if real_driver < _version(man["driver_floor"]):
-            rep["driver_too_old"] = _too_old(man, real_driver)
+        too_old = driver_too_old(man, real_driver)
+        if too_old:
+            rep["driver_too_old"] = too_old
     except AotKernelsError as e:
         rep["driver_error"] = str(e)
     if driver is not None:
         drv = parse_cc(driver)
     else:
-        floor = str(man["driver_floor"]).split(".")
-        drv = real_driver or (int(floor[0]), int(floor[1]))
+        drv = real_driver or parse_version(man["driver_floor"])
     note = ptx_note(man, drv)
     if note:
         rep["ptx_note"] = note

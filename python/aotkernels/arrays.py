@@ -20,6 +20,7 @@ __all__ = [
     "Framework",
     "dtype_name",
     "framework_of",
+    "split_dtype",
     "stream_handle",
 ]
 
@@ -41,6 +42,14 @@ ITEMSIZE = {
     "int64": 8,
     "f64": 8,
 }
+
+
+def split_dtype(name: str) -> tuple[str, ...]:
+    """The storage dtypes of an entry's dtype: ``"f16"`` -> ``("f16",)``; a mixed-operand name
+    ``"<a>x<b>"`` (op_dtypes, e.g. ``"fp8_e4m3xfp8_e5m2"``) -> ``(a, b)``."""
+    return tuple(name.split("x")) if "x" in name else (name,)
+
+
 # DLPack (type code, bits) -> our name: 0 int, 1 uint, 2 float, 4 bfloat.
 # DLPack 1.1 codes 10 / 12: float8_e4m3fn / float8_e5m2.
 _DLPACK_DTYPES = {(2, 32): "f32", (2, 16): "f16", (4, 16): "bf16", (0, 8): "int8",

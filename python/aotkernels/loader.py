@@ -4,6 +4,9 @@ The dispatcher's chosen image is cut out of the family's fatbin (``fatbin.extrac
 given to ``cuLibraryLoadData``, so the driver runs exactly that image; kernels are fetched with
 ``cuLibraryGetKernel``. Each fatbin's sha256 is checked against the manifest before its first
 load. ``preload()`` does all of this ahead of time, e.g. before a CUDA-graph capture.
+
+Everything the loader knows of the build comes from manifest.json: the images, the entry
+points, the parameter struct (field order, types, offsets, ``struct`` format) and the targets.
 """
 
 from __future__ import annotations
@@ -17,18 +20,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import device as _device
-from ._paths import KERNELS_DIR, matrix_path
-from .errors import AotKernelsError
+from ._paths import KERNELS_DIR
+from .errors import AotKernelsError, DriverTooOldError
 from .fatbin import FatbinError, extract_image, read_fatbin
 from .manifest import ManifestError, load_manifest
-from .plan import param_layout
-from .select import Choice, choose_image
+from .select import Choice, choose_image, driver_too_old
 
 __all__ = ["LoadedFamily", "family_on", "manifest", "preload", "choice_for"]
 
 
 @dataclass
 class LoadedFamily:
+    """A family's chosen image, loaded on one device, with what launching its kernels needs."""
+
     name: str
     device: _device.DeviceInfo
     choice: Choice
@@ -42,6 +46,33 @@ class LoadedFamily:
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> constants
     binary_version: int = 0  # CU_FUNC_ATTRIBUTE_BINARY_VERSION of the loaded image, e.g. 90
     ptx_version: int = 0  # CU_FUNC_ATTRIBUTE_PTX_VERSION, e.g. 75 for compute_75
+
+    @classmethod
+    def from_manifest(
+        cls,
+        name: str,
+        fam: dict[str, Any],
+        device: _device.DeviceInfo,
+        choice: Choice,
+        library: Any = None,
+        blob: bytes = b"",
+    ) -> LoadedFamily:
+        """The family as its manifest record describes it; ``kernels`` is still empty (the
+        loader fills it from the driver, tests with simulated handles)."""
+        offsets = {str(k): int(v) for k, v in fam["param_offsets"].items()}
+        fields = [(str(n), str(t)) for n, t in fam["params"]]
+        return cls(
+            name,
+            device,
+            choice,
+            library,
+            blob,
+            struct.Struct(fam["param_format"]),
+            fields,
+            [offsets[n] for n, t in fields if t == "ptr"],
+            offsets,
+            variants=dict(fam.get("variants", {})),
+        )
 
 
 _lock = threading.Lock()
@@ -62,15 +93,6 @@ def manifest() -> dict[str, Any]:
     return _manifest
 
 
-def _matrix_targets() -> dict[str, tuple[int, int]]:
-    from .arch_matrix import load_matrix
-
-    try:
-        return {n: t.cc for n, t in load_matrix(matrix_path(), check_sources=False).targets.items()}
-    except (OSError, ValueError):
-        return {}
-
-
 def _family_manifest(name: str) -> dict[str, Any]:
     fams = manifest()["families"]
     if name not in fams:
@@ -86,16 +108,10 @@ def force_ptx() -> bool:
 
 
 def _check_driver_floor() -> tuple[int, int]:
-    from .errors import DriverTooOldError
-
     drv = _device.driver_version()
-    floor = tuple(int(v) for v in str(manifest()["driver_floor"]).split("."))
-    if drv < floor:
-        raise DriverTooOldError(
-            f"this aotkernels build (CUDA {manifest()['toolkit']}) needs a driver supporting "
-            f"CUDA >= {manifest()['driver_floor']}; the installed driver supports CUDA "
-            f"{drv[0]}.{drv[1]}"
-        )
+    why = driver_too_old(manifest(), drv)
+    if why:
+        raise DriverTooOldError(why)
     return drv
 
 
@@ -108,7 +124,7 @@ def choice_for(name: str, dev: _device.DeviceInfo) -> Choice:
         drv,
         device=f"device {dev.index} ({dev.name})",
         force_ptx=force_ptx(),
-        matrix_targets=_matrix_targets(),
+        known_targets=manifest()["targets"],
     )
 
 
@@ -153,20 +169,7 @@ def _load(name: str, dev: _device.DeviceInfo) -> LoadedFamily:
             f"{KERNELS_DIR / fam['file']}: the driver could not load image {choice.target}: "
             f"{err.name}"
         )
-    fields = dict(param_layout(fam["params"])[2])
-    offsets = [fields[pname] for pname, ptype in fam["params"] if ptype == "ptr"]
-    loaded = LoadedFamily(
-        name,
-        dev,
-        choice,
-        lib,
-        blob,
-        struct.Struct(fam["param_format"]),
-        [(str(n), str(t)) for n, t in fam["params"]],
-        offsets,
-        fields,
-        variants=dict(fam.get("variants", {})),
-    )
+    loaded = LoadedFamily.from_manifest(name, fam, dev, choice, lib, blob)
     attr = cu.CUfunction_attribute
     err, cudev = cu.cuDeviceGet(dev.index)
     # Launch through each kernel's CUfunction in the device's primary context (where every op

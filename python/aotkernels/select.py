@@ -8,6 +8,8 @@ Per device and family, in this order:
   5. otherwise ``DriverTooOldError`` if step 4 failed only on the driver, else
      ``NoKernelImageError`` naming the device, the images held and the build setting to add.
 With ``CUDA_FORCE_PTX_JIT=1`` the driver ignores cubins, so steps 1-3 are skipped.
+Before any of that, the driver must reach the build's floor (``driver_too_old``): cubins of
+toolkit X.Y need a driver of CUDA X.0 or later.
 Pure functions of (manifest, cc, driver version): the tests drive them with simulated devices.
 """
 
@@ -19,7 +21,16 @@ from typing import Any
 
 from .errors import DriverTooOldError, NoKernelImageError
 
-__all__ = ["Choice", "choose_image", "driver_for_ptx_isa", "driver_ptx_isa", "format_version"]
+__all__ = [
+    "Choice",
+    "choose_image",
+    "driver_for_ptx_isa",
+    "driver_ptx_isa",
+    "driver_too_old",
+    "format_version",
+    "min_driver",
+    "parse_version",
+]
 
 # Highest PTX ISA each driver's JIT accepts, by the CUDA version the driver reports.
 _PTX_ISA_BY_CUDA = {
@@ -31,8 +42,45 @@ _PTX_ISA_BY_CUDA = {
 }  # fmt: skip
 
 
+# Oldest Linux driver of each CUDA version (the CUDA release notes' driver table): a wheel
+# whose manifest says driver_floor "13.0" needs R580, "12.0" R525; PTX of ISA 8.4 (CUDA 12.4)
+# needs a 12.4 driver, R550.
+_MIN_DRIVER = {
+    (12, 0): "525.60.13", (12, 1): "530.30.02", (12, 2): "535.54.03", (12, 3): "545.23.06",
+    (12, 4): "550.54.14", (12, 5): "555.42.02", (12, 6): "560.28.03", (12, 8): "570.26",
+    (12, 9): "575.51.03", (13, 0): "580.65.06",
+}  # fmt: skip
+
+
 def format_version(v: tuple[int, int]) -> str:
     return f"{v[0]}.{v[1]}"
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """``"13.0"`` or ``"13.0.88"`` -> ``(13, 0)``: every version the manifest holds (toolkit,
+    driver floors, compute capabilities, PTX ISAs)."""
+    major, minor = str(text).split(".")[:2]
+    return int(major), int(minor)
+
+
+def min_driver(floor: str) -> str | None:
+    """``"13.0"`` -> ``"580.65.06"``: the oldest NVIDIA driver serving that CUDA version."""
+    return _MIN_DRIVER.get(parse_version(floor))
+
+
+def driver_too_old(manifest: Mapping[str, Any], driver: tuple[int, int]) -> str | None:
+    """Why nothing of this build loads under a driver of CUDA version ``driver``, or None when
+    the driver reaches the manifest's floor (the loader raises it, the doctor reports it)."""
+    floor = str(manifest["driver_floor"])
+    if driver >= parse_version(floor):
+        return None
+    need = min_driver(floor)
+    return (
+        f"this aotkernels build (CUDA {manifest['toolkit']}) needs a driver supporting CUDA >= "
+        f"{floor}"
+        + (f" (NVIDIA driver >= {need})" if need else "")
+        + f"; the installed driver supports CUDA {format_version(driver)}"
+    )
 
 
 def driver_ptx_isa(driver: tuple[int, int]) -> tuple[int, int]:
@@ -63,13 +111,11 @@ class Choice:
 
 
 def _cc(img: Mapping[str, Any]) -> tuple[int, int]:
-    major, minor = str(img["cc"]).split(".")
-    return int(major), int(minor)
+    return parse_version(img["cc"])
 
 
 def _isa(img: Mapping[str, Any]) -> tuple[int, int]:
-    major, minor = str(img["ptx_isa"]).split(".")
-    return int(major), int(minor)
+    return parse_version(img["ptx_isa"])
 
 
 def choose_image(
@@ -80,9 +126,13 @@ def choose_image(
     *,
     device: str = "device",
     force_ptx: bool = False,
-    matrix_targets: Mapping[str, tuple[int, int]] | None = None,
+    known_targets: Mapping[str, str] | None = None,
 ) -> Choice:
-    """Pick ``fam``'s image for a device of compute capability ``cc`` under ``driver``."""
+    """Pick ``fam``'s image for a device of compute capability ``cc`` under ``driver``.
+
+    ``known_targets`` (the manifest's ``targets``: every target the matrix declares, built or
+    not, with its compute capability) only words the error: which setting would serve the device.
+    """
     images = list(fam["images"])
     cubins = [i for i in images if i["kind"] == "cubin"]
     if not force_ptx:
@@ -122,7 +172,7 @@ def choose_image(
             "update the NVIDIA driver"
         )
     sm = f"{cc[0]}{cc[1]}"
-    known = [n for n, c in (matrix_targets or {}).items() if c == cc]
+    known = [n for n, c in (known_targets or {}).items() if parse_version(c) == cc]
     if known:
         how = f"rebuild with AOTKERNELS_ARCHS including {' or '.join(known)}"
     else:

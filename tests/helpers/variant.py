@@ -8,11 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from aotkernels.select import _PTX_ISA_BY_CUDA
-
-
-def version(text: str) -> tuple[int, int]:
-    major, minor = (int(v) for v in str(text).split(".")[:2])
-    return major, minor
+from aotkernels.select import parse_version as version
 
 
 def compression(manifest: dict[str, Any]) -> str:

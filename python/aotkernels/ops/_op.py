@@ -12,7 +12,7 @@ the device). Everything the ops share lives here and nowhere else:
   overlap any other argument, except an output that exactly aliases the input it may replace;
   an array must not overlap itself; empty arrays overlap nothing;
 * packing the family's parameter block by field name, binding pointers by argument name;
-* the torch fast path: a launch plan cached per (op, attributes, layouts, alignment), so that a
+* the torch fast path: a prepared launch cached per (op, attributes, layouts, alignment), so that a
   repeated call is pointer patching and one ``cuLaunchKernel`` per launch;
 * the front ends: eager calls on any DLPack array, ``torch.ops.aotkernels.<op>`` with fake
   implementation and autograd (``aotkernels._torch``), and XLA FFI custom calls for ``jax.jit``
@@ -474,7 +474,7 @@ def _check_overlaps(op: Op, arrays: Sequence[_Array]) -> None:
 
 
 class PackedLaunch(NamedTuple):
-    """A launch as both launch paths take it (``_core.LaunchPlan`` and the XLA FFI handler)."""
+    """A launch as both launch paths take it (``_core.PreparedLaunch`` and the XLA FFI handler)."""
 
     params: bytes  # the family's parameter block, zeros at pointer fields
     pointers: tuple[str | None, ...]  # per pointer field: the array it takes, by name (None: null)
@@ -521,12 +521,12 @@ def _compile_launches(op: Op, launches: Sequence[Launch], device: int) -> tuple[
     if not launches:
         return ()
     fam = _loader.family_on(op.family, device)
-    plans = []
+    prepared = []
     for ln in launches:
         packed = pack_launch(fam, ln)
         grid = [*ln.grid, 1, 1][:3]
         block = [*ln.block, 1, 1][:3]
-        plan = _core.LaunchPlan(
+        launch = _core.PreparedLaunch(
             ln.symbol,
             fam.kernels[ln.symbol],
             fam.device.context,
@@ -537,8 +537,8 @@ def _compile_launches(op: Op, launches: Sequence[Launch], device: int) -> tuple[
             fam.ptr_offsets,
             list(packed.tensor_maps),
         )
-        plans.append((plan, packed.pointers))
-    return tuple(plans)
+        prepared.append((launch, packed.pointers))
+    return tuple(prepared)
 
 
 def _bind(op: Op, arrays: Sequence[Any], attrs: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -622,7 +622,7 @@ class _Fast(NamedTuple):
     """A cached torch call shape. Arrays are numbered inputs first, then outputs; a trailing
     slot holds 0 for null pointers."""
 
-    launches: tuple[tuple[Any, tuple[int, ...]], ...]  # (_core.LaunchPlan, array per pointer)
+    launches: tuple[tuple[Any, tuple[int, ...]], ...]  # (_core.PreparedLaunch, array per pointer)
     allocs: tuple[Any, ...]  # per output: None (the caller's out=), _LIKE_X, (shape, dtype)
     # Per written array and other array that may overlap it: (i, rows of i, j, rows of j,
     # exact_ok); exact_ok: i may alias j exactly.
@@ -677,8 +677,8 @@ def _torch_fast(
         if _overlap(pi, rows_i, pj, rows_j) and not (exact_ok and pi == pj):
             return _MISS  # the general path names the overlap
     s = _arrays.torch_stream(x.get_device()) if stream is None else stream_handle(stream)
-    for plan, idx in hit.launches:
-        plan(s, *[ptrs[k] for k in idx])
+    for launch, idx in hit.launches:
+        launch(s, *[ptrs[k] for k in idx])
     if stream is not None:
         for k in hit.hidden:  # workspaces die here while the kernels may still run on stream
             _arrays.torch_record_stream(args[k], s)
@@ -789,13 +789,13 @@ def _general(
     if check:
         _check_overlaps(op, arrs)
     a = Args(op, metas, attr_map, x.device, outs)
-    plans = _compile_launches(op, op.launch(a), x.device)
+    prepared = _compile_launches(op, op.launch(a), x.device)
     ptrs: dict[str | None, int] = {None: 0}
     ptrs.update({ar.name: ar.ptr for ar in arrs})
-    for plan, slots in plans:
-        plan(s, *[ptrs[n] for n in slots])
+    for launch, slots in prepared:
+        launch(s, *[ptrs[n] for n in slots])
     if fw.name == "torch":
-        _remember(op, raw, out, plans, results, arrs, check)
+        _remember(op, raw, out, prepared, results, arrs, check)
     if fw.name == "torch" and stream is not None:
         for r, o in zip(results, op.outputs, strict=True):
             if o.hidden:  # workspaces die here while the kernels may still run on stream
@@ -860,7 +860,7 @@ def _remember(
     op: Op,
     raw: tuple[Sequence[Any], Mapping[str, Any]],
     out: Any,
-    plans: Sequence[tuple[Any, tuple[str | None, ...]]],
+    prepared: Sequence[tuple[Any, tuple[str | None, ...]]],
     results: Sequence[Any],
     arrs: Sequence[_Array],
     check: bool,
@@ -874,7 +874,8 @@ def _remember(
     names = [t.name for t in op.inputs] + [o.name for o in op.outputs]
     null = len(names)
     launches = tuple(
-        (plan, tuple(null if n is None else names.index(n) for n in slots)) for plan, slots in plans
+        (launch, tuple(null if n is None else names.index(n) for n in slots))
+        for launch, slots in prepared
     )
     x = next(a for a in full if a is not None)
     like_x = (x.shape, x.dtype) if x.is_contiguous() else None

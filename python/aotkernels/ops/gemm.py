@@ -41,8 +41,7 @@ import math
 import os
 from typing import Any, NamedTuple
 
-from ..arch_matrix import split_dtype
-from ..arrays import ITEMSIZE, dtype_name
+from ..arrays import ITEMSIZE, dtype_name, split_dtype
 from ..errors import NoKernelImageError
 from ._op import (
     Args,

@@ -1,7 +1,7 @@
 """arch_matrix.toml: loading, validation and target resolution.
 
-This module is imported by the build (tools/build_plan.py, with ``python/`` on ``sys.path``)
-and by the installed package, so it depends on the standard library only.
+Imported by the build (tools/build_plan.py, with ``python/`` on ``sys.path``) and, installed,
+by ``aotkernels matrix`` only: standard library only.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..arrays import split_dtype
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,7 +31,6 @@ __all__ = [
     "load_matrix",
     "parse_matrix",
     "parse_target_name",
-    "split_dtype",
 ]
 
 PARAM_TYPES = ("ptr", "i64", "i32", "f32", "tmap")
@@ -39,12 +40,6 @@ _IDENT_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # Operand layouts a variant may compile in: one letter per operand (a, then b): k = K-major,
 # m = M-major (a), n = N-major (b); "any" = read from the parameters at run time.
 LAYOUTS = ("any", "kk", "kn", "mk", "mn")
-
-
-def split_dtype(name: str) -> tuple[str, ...]:
-    """The storage dtypes of an entry's dtype: ``"f16"`` -> ``("f16",)``; a mixed-operand name
-    ``"<a>x<b>"`` (op_dtypes, e.g. ``"fp8_e4m3xfp8_e5m2"``) -> ``(a, b)``."""
-    return tuple(name.split("x")) if "x" in name else (name,)
 
 
 _VARIANT_KEYS = {"path", "requires", "layouts", "byte_layouts"}

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .arch_matrix import EntrySpec, Family, Matrix, Target, parse_ptx_name, split_dtype
+from ..arrays import split_dtype
+from .matrix import EntrySpec, Family, Matrix, Target, parse_ptx_name
 
 __all__ = [
     "BuildPlan",
@@ -356,10 +357,13 @@ def plan_json(plan: BuildPlan) -> dict[str, Any]:
         "toolkit": "{}.{}".format(*plan.toolkit),
         "archs": plan.archs,
         "families_filter": plan.family_filter,
+        # Every target the matrix declares (built or not): the run time's error for a device
+        # this build cannot serve names the one that would.
+        "targets": {t.name: t.cc_str for t in plan.matrix.targets.values()},
         "families": {},
     }
     for fp in plan.families.values():
-        fmt, size, _ = param_layout(fp.family.params)
+        fmt, size, offsets = param_layout(fp.family.params)
         out["families"][fp.name] = {
             "targets": [t.name for t in fp.targets],
             "ptx": list(fp.ptx),
@@ -373,6 +377,7 @@ def plan_json(plan: BuildPlan) -> dict[str, Any]:
             "params": [list(p) for p in fp.family.params],
             "param_format": fmt,
             "param_bytes": size,
+            "param_offsets": dict(offsets),
         }
     return out
 
