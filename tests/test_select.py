@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aotkernels import AotKernelsError, DriverTooOldError, NoKernelImageError
 from aotkernels._build.matrix import load_matrix, parse_target_name
 from aotkernels.manifest import load_manifest
-from aotkernels.select import choose_image, driver_for_ptx_isa, driver_ptx_isa
+from aotkernels.select import choose_image, driver_for_ptx_isa, driver_ptx_isa, driver_too_old
 from helpers import variant as build_variant
 
 DRIVER_13_0 = (13, 0)
@@ -383,3 +385,68 @@ def test_older_ptx_used_when_newer_isa_is_too_new() -> None:
 )
 def test_driver_ptx_isa(driver: tuple[int, int], isa: tuple[int, int]) -> None:
     assert driver_ptx_isa(driver) == isa
+
+
+# --- properties: random builds x devices x drivers against the oracle ------------------------
+
+_CUBIN = st.builds(
+    lambda major, minor, variant: f"sm_{major}{minor}{variant}",
+    st.integers(7, 13),
+    st.integers(0, 9),
+    st.sampled_from(["", "a", "f"]),
+)
+_PTX = st.builds(
+    lambda major, minor, isa: (f"compute_{major}{minor}", isa),
+    st.integers(7, 13),
+    st.integers(0, 9),
+    st.sampled_from(["7.5", "8.4", "8.7", "9.0", "9.1"]),
+)
+# Driver CUDA versions from before our floors to after the table's newest entry.
+_DRIVER = st.tuples(st.integers(11, 14), st.integers(0, 9))
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    cubins=st.lists(_CUBIN, max_size=6, unique=True),
+    ptx=st.lists(_PTX, max_size=3, unique_by=lambda p: p[0]),
+    cc=st.tuples(st.integers(7, 13), st.integers(0, 9)),
+    driver=_DRIVER,
+    force_ptx=st.booleans(),
+)
+def test_random_builds_follow_the_rules(
+    cubins: list[str],
+    ptx: list[tuple[str, str]],
+    cc: tuple[int, int],
+    driver: tuple[int, int],
+    force_ptx: bool,
+) -> None:
+    """Any set of images, any device, any driver: the choice is the oracle's, and every refusal
+    is the documented error (DriverTooOldError exactly when some PTX would serve the device
+    with a newer driver)."""
+    images = [img(t) for t in cubins] + [img(t, isa) for t, isa in ptx]
+    oracle_images = [i for i in images if i["kind"] == "ptx"] if force_ptx else images
+    want = expected_choice(oracle_images, cc, driver_ptx_isa(driver))
+    f = {"images": images}
+    if want != "error":
+        choice = choose_image("fam", f, cc, driver, force_ptx=force_ptx)
+        assert choice.target == want, choice.reason
+        return
+    could_jit_later = any(i["kind"] == "ptx" and _ptx_cc(i["target"]) <= cc for i in images)
+    error = DriverTooOldError if could_jit_later else NoKernelImageError
+    with pytest.raises(error) as info:
+        choose_image("fam", f, cc, driver, force_ptx=force_ptx)
+    assert f"{cc[0]}.{cc[1]}" in str(info.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(toolkit=st.tuples(st.integers(12, 13), st.integers(0, 9)), driver=_DRIVER)
+def test_driver_floor_is_the_toolkits_major(
+    toolkit: tuple[int, int], driver: tuple[int, int]
+) -> None:
+    """A build of toolkit X.Y loads under any driver of CUDA X.0 or later, and the refusal
+    names both versions."""
+    man = {"toolkit": f"{toolkit[0]}.{toolkit[1]}", "driver_floor": f"{toolkit[0]}.0"}
+    why = driver_too_old(man, driver)
+    assert (why is None) == (driver >= (toolkit[0], 0))
+    if why is not None:
+        assert f"CUDA >= {toolkit[0]}.0" in why and f"CUDA {driver[0]}.{driver[1]}" in why
