@@ -258,15 +258,37 @@ nb::ndarray<> empty(uintptr_t ctx, int device_id, std::vector<size_t> shape, uin
 
 NB_MODULE(_core, m) {
   m.doc() = "aotkernels' generic kernel launcher (driver entry points set at run time)";
-  m.def("set_driver", &set_driver);
-  m.def("set_error_type", &set_error_type);
-  m.def("dlpack_info", &dlpack_info);
-  m.def("empty", &empty);
-  nb::class_<PreparedLaunch>(m, "PreparedLaunch")
+  m.def("set_driver", &set_driver, nb::arg("launch"), nb::arg("ctx_get"), nb::arg("ctx_set"),
+        nb::arg("error_name"), nb::arg("mem_alloc"), nb::arg("mem_free"),
+        nb::arg("tensor_map_encode"),
+        "Hand over the driver's entry points (addresses from cuGetProcAddress): nothing\n"
+        "links libcuda.");
+  m.def("set_error_type", &set_error_type,
+        nb::sig("def set_error_type(type: type[BaseException], /) -> None"),
+        "The exception class launch failures are raised as (aotkernels.AotKernelsError).");
+  m.def("dlpack_info", &dlpack_info,
+        nb::sig("def dlpack_info(capsule: typing_extensions.CapsuleType, /) -> "
+                "tuple[int, int, int, int, int, int, tuple[int, ...], tuple[int, ...]]"),
+        "(data pointer, device type, device id, dtype code, bits, lanes, shape, strides) of an\n"
+        "unconsumed DLPack capsule; strides in elements, compact row-major when it has none.");
+  m.def("empty", &empty,
+        nb::sig("def empty(ctx: int, device_id: int, shape: collections.abc.Sequence[int], "
+                "code: int, bits: int, /) -> typing_extensions.CapsuleType"),
+        "A fresh device buffer of `shape` in context `ctx`, as an unconsumed DLPack capsule,\n"
+        "freed (cuMemFree) when the consumer drops it.");
+  nb::class_<PreparedLaunch>(m, "PreparedLaunch",
+                             "One op's launch with everything fixed but the array pointers.")
       .def(nb::init<std::string, uintptr_t, uintptr_t, std::vector<unsigned>, std::vector<unsigned>,
                     unsigned, nb::bytes, std::vector<size_t>, std::vector<TensorMapTuple>>(),
            nb::arg("name"), nb::arg("kernel"), nb::arg("ctx"), nb::arg("grid"), nb::arg("block"),
            nb::arg("smem"), nb::arg("params"), nb::arg("ptr_offsets"),
-           nb::arg("tensor_maps") = std::vector<TensorMapTuple>())
-      .def("__call__", &PreparedLaunch::operator());
+           nb::arg("tensor_maps").sig("()") = std::vector<TensorMapTuple>(),
+           "`params`: the packed parameter struct; each call patches pointers at `ptr_offsets`.\n"
+           "`tensor_maps`: (param offset, pointer index, CUtensorMapDataType, inner extent,\n"
+           "outer extent, row bytes, box inner, box outer) of each TMA descriptor to re-encode\n"
+           "around its pointer on every launch.")
+      .def("__call__", &PreparedLaunch::operator(),
+           nb::sig("def __call__(self, stream: int, /, *ptrs: int) -> None"),
+           "Patch `ptrs` (one per pointer offset, or none: the packed ones) into the parameter\n"
+           "block and launch on `stream`.");
 }

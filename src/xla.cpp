@@ -249,10 +249,19 @@ nb::capsule handler_capsule(XLA_FFI_Handler* fn) {
 NB_MODULE(_xla, m) {
   m.doc() = "aotkernels' XLA FFI launch handler (one typed handler for every op)";
   m.def("set_driver", &set_driver, nb::arg("launch"), nb::arg("error_name"),
-        nb::arg("tensor_map_encode"));
-  m.def("set_kernels", &set_kernels, nb::arg("name"), nb::arg("per_device"));
-  m.def("launch_handler", [] { return handler_capsule(kLaunch); });
-  m.def("describe_handler", [] { return handler_capsule(kDescribe); });
+        nb::arg("tensor_map_encode"),
+        "Hand over the driver's entry points (addresses from cuGetProcAddress): nothing\n"
+        "links libcuda.");
+  m.def("set_kernels", &set_kernels, nb::arg("name"), nb::arg("per_device"),
+        "Publish the CUfunction of kernel `name` per CUDA ordinal (0: not loaded there); the\n"
+        "launch handler finds kernels by the name in the custom call's `kernel` attribute.");
+  m.def(
+      "launch_handler", [] { return handler_capsule(kLaunch); },
+      "The typed FFI handler that launches a kernel on XLA's stream, as a PyCapsule.");
+  m.def(
+      "describe_handler", [] { return handler_capsule(kDescribe); },
+      "The host-only handler: the same decoding and pointer patching, but it writes the\n"
+      "parameter block to its last result instead of launching (tests without a GPU).");
   // Which headers this module was compiled against, for `aotkernels doctor`.
   m.attr("JAXLIB_VERSION") = AK_JAXLIB_VERSION;
   m.attr("FFI_API_VERSION") = nb::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
