@@ -1,5 +1,7 @@
-"""Loader checks that need no GPU: fatbin integrity against the manifest (RELIABILITY #21),
-the driver floor and PTX-only devices (#19, #20), all before anything is loaded or launched."""
+"""Loader checks that need no GPU: fatbin integrity against the manifest, the driver floor, and
+devices the build cannot serve or can serve only through PTX, all before anything is loaded or
+launched (docs/reliability.md: "Fatbin integrity", "The image each GPU runs, and driver
+floors")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""32 threads call ops for the first time at once, each on its own stream (RELIABILITY #16).
+"""32 threads call ops for the first time at once, each on its own stream (docs/reliability.md,
+"Thread safety").
 
 Prints one JSON line: how often each family was loaded and whether all results agree.
 """
