@@ -1,13 +1,14 @@
-"""Benchmarks of the front ends (``aotkernels bench compiled|backward``); tools, not tests.
+"""``bench compiled`` and ``bench backward``: the front ends under torch.compile and autograd.
 
-compiled  one Llama decoder layer (transformers, random weights, bf16) under torch.compile: the
-          stock layer (Inductor's kernels and cuBLAS) beside the same layer with every RMSNorm,
-          linear layer and the SwiGLU MLP replaced by aotkernels ops (attention stays SDPA), at
-          batch x seq 1x1, 8x1 and 1x2048. Milliseconds per layer and the ratio.
-backward  autograd backward of rms_norm (dx, dweight), silu_and_mul and softmax at 16384 x
-          {4096, 8192} bf16: TB/s against torch eager's and torch.compile's backward of the same
-          forward, and the device copy bandwidth. Bytes: each backward input read once (x or y,
-          dy, the weight) and each output written once.
+compiled: one Llama decoder layer (transformers, random weights, bf16) under torch.compile: the
+stock layer (Inductor's kernels and cuBLAS) beside the same layer with every RMSNorm, linear
+layer and the SwiGLU MLP replaced by aotkernels ops (attention stays SDPA), at batch x seq 1x1,
+8x1 and 1x2048. Milliseconds per layer and the ratio.
+
+backward: autograd backward of rms_norm (dx, dweight), silu_and_mul and softmax at 16384 x
+{4096, 8192} bf16: TB/s against torch eager's and torch.compile's backward of the same forward,
+and the device copy bandwidth. Bytes: each backward input read once (x or y, dy, the weight)
+and each output written once.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from .bench import _torch, rotating, time_gpu
+from . import reference
+from .common import Row, bandwidth, compiled, copy_tbps
+from .timing import cuda_torch, time_gpu
 
-__all__ = ["bench_backward", "bench_compiled"]
+TITLES = {"compiled": "Llama decoder layer under torch.compile (ms per layer)",
+          "backward": "backward bandwidth (TB/s) and ratios"}  # fmt: skip
 
 LAYER_SIZES = ((1, 1), (8, 1), (1, 2048))  # (batch, seq)
 
@@ -78,11 +82,11 @@ def _time_call(fn: Callable[[], Any]) -> float:
     return time_gpu(lambda i: fn())
 
 
-def bench_compiled(args: argparse.Namespace) -> list[dict[str, Any]]:
-    torch = _torch()
+def run_compiled(args: argparse.Namespace) -> list[Row]:
+    torch = cuda_torch()
     layer, rope = _llama_layer(torch)
     ours = _with_our_ops(layer, torch)
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
     for batch, seq in LAYER_SIZES:
         h = torch.randn(batch, seq, 4096, device="cuda", dtype=torch.bfloat16)
         pos = torch.arange(seq, device="cuda")[None].expand(batch, -1)
@@ -120,15 +124,14 @@ def _backward_cases(
                      lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6), 3),
         # x [.., 2d] and dx [.., 2d] read and written, dy [.., d] read: 2.5 x-sized tensors.
         "silu_and_mul": (lambda x, w: ak.silu_and_mul(x),
-                         lambda x, w: F.silu(x[..., : x.shape[-1] // 2])
-                         * x[..., x.shape[-1] // 2 :], 2.5),
+                         lambda x, w: reference.gated("silu_and_mul", x, dtype=None), 2.5),
         "softmax": (lambda x, w: ak.softmax(x), lambda x, w: torch.softmax(x, -1), 3),
     }  # fmt: skip
 
 
-def bench_backward(args: argparse.Namespace) -> list[dict[str, Any]]:
-    torch = _torch()
-    rows: list[dict[str, Any]] = []
+def run_backward(args: argparse.Namespace) -> list[Row]:
+    torch = cuda_torch()
+    rows: list[Row] = []
     for op, (ours, theirs, tensors) in _backward_cases(torch).items():
         for cols in (4096, 8192):
             shape = (16384, cols)
@@ -136,26 +139,19 @@ def bench_backward(args: argparse.Namespace) -> list[dict[str, Any]]:
             w = torch.randn(cols, device="cuda", dtype=torch.bfloat16, requires_grad=True)
             nbytes = x.numel() * 2
             moved = tensors * nbytes
-            dst = torch.empty_like(x)
-            copy_tbs = 2 * nbytes / rotating(dst.copy_, [x.detach()]) / 1e9
+            copy = copy_tbps(torch, [x.detach()])
             inputs = (x, w) if op == "rms_norm" else (x,)
 
             def grad_time(
-                fwd: Callable[..., Any], x: Any = x, w: Any = w, inputs: Any = inputs
-            ) -> float:
+                fwd: Callable[..., Any] | None, x: Any = x, w: Any = w, inputs: Any = inputs
+            ) -> float | None:
+                if fwd is None:
+                    return None
                 y = fwd(x, w)
                 g = torch.randn_like(y)
                 return time_gpu(lambda i: torch.autograd.grad(y, inputs, g, retain_graph=True))
 
-            t_ours = grad_time(ours)
-            t_eager = grad_time(theirs)
-            t_comp = None if args.no_compile else grad_time(torch.compile(theirs, dynamic=False))
-            tbs = moved / t_ours / 1e9
-            rows.append({
-                "op": op, "shape": list(shape), "ours_TBps": tbs,
-                "eager_TBps": moved / t_eager / 1e9,
-                "compile_TBps": moved / t_comp / 1e9 if t_comp else None,
-                "copy_TBps": copy_tbs, "vs_eager": t_eager / t_ours,
-                "vs_compile": t_comp / t_ours if t_comp else None, "of_copy": tbs / copy_tbs,
-            })  # fmt: skip
+            ms = {"ours": grad_time(ours), "eager": grad_time(theirs),
+                  "compile": grad_time(compiled(args, torch, theirs))}  # fmt: skip
+            rows.append({"op": op, "shape": list(shape), **bandwidth(moved, copy, ms)})
     return rows
