@@ -459,3 +459,21 @@ def test_suites_checks_pass_on_our_kernels(dtype: str) -> None:
             attention.compare(lambda i: ak.attention(qa, ka, va, causal=True), qa, ka, va, True)
             == ""
         )
+
+
+def test_charts_write_a_png_or_say_why_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    norm_rows = [{"op": "rms_norm", "dtype": "bf16", "shape": [1, 4096], "vs_best_torch": 1.5}]
+    gemm_rows = [{"dtype": "bf16", "M": 16, "N": 4096, "K": 4096, "b": "kmajor", "scales": None,
+                  "ratio": 1.1, "goal": 0.9, "meets": True, "anchor": "torch.matmul"}]  # fmt: skip
+    paths = [tmp_path / "norm.png", tmp_path / "gemm.png"]
+    report.speedup_chart(norm_rows, str(paths[0]), "norm")
+    report.gemm_chart(gemm_rows, str(paths[1]), "gemm")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert capsys.readouterr().err.count("no matplotlib, no chart") == 2
+        assert not any(p.exists() for p in paths)
+    else:
+        assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)

@@ -42,8 +42,8 @@ def table(rows: list[Row], title: str) -> None:
     t = Table(title=title, title_justify="left")
     for k in rows[0]:
         t.add_column(k)
-    for r in rows:
-        t.add_row(*(cell(v) for v in r.values()))
+    for r in rows:  # by key: a row may have set its keys in another order
+        t.add_row(*(cell(r.get(k)) for k in rows[0]))
     console = Console(width=200)
     console.print(t)
     if summary:
