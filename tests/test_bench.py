@@ -25,6 +25,7 @@ from aotkernels.bench import (
     cli,
     common,
     elementwise,
+    frontends,
     gemm,
     norm,
     quant,
@@ -366,6 +367,18 @@ def test_attention_checks_on_sdpa() -> None:
     assert why.startswith("sequence 0: ") and "; sequence 2: " in why and "sequence 1" not in why
 
 
+@pytest.mark.parametrize("op", ["rms_norm", "silu_and_mul", "softmax"])
+def test_backward_gradient_error_on_torch(op: str) -> None:
+    case = frontends.backward_cases(torch)[op]
+    x, w = randn(4, 64, dtype=torch.bfloat16, seed=1), randn(64, dtype=torch.bfloat16, seed=2)
+    dy = randn(*case.theirs(x, w).shape, dtype=torch.bfloat16, seed=3)
+    wrt = 2 if op == "rms_norm" else 1
+    # torch's bf16 autograd as ours: a few bf16 roundings away from the fp64 gradients
+    assert frontends.grad_error(case._replace(ours=case.theirs), x, w, dy, wrt) < 2e-2
+    doubled = case._replace(ours=lambda x, w: 2 * case.theirs(x, w))
+    assert frontends.grad_error(doubled, x, w, dy, wrt) == pytest.approx(1.0, rel=2e-2)
+
+
 # --- shapes, rows and reports --------------------------------------------------------------------
 
 
@@ -453,6 +466,9 @@ def test_suites_checks_pass_on_our_kernels(dtype: str) -> None:
     pos, cache = torch.tensor([0, 1, 7, 3, 9], device="cuda"), reference.rope_cache(10, 64)
     for neox in (True, False):
         assert rope.compare(ak.rope, neox, q, k, pos, cache) == ""
+    for op, bcase in frontends.backward_cases(torch).items():
+        dy = torch.randn_like(bcase.ours(x, w))
+        assert frontends.grad_error(bcase, x, w, dy, 2 if op == "rms_norm" else 1) < 2e-2, op
     if dtype != "float32":
         qa, ka, va = (torch.randn(2, 100, 8, 64, device="cuda", dtype=dt) for _ in range(3))
         assert (

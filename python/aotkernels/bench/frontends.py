@@ -17,16 +17,18 @@ import argparse
 import copy
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import reference
 from .common import Row, bandwidth, compiled, copy_tbps
+from .reference import rel_err
 from .timing import cuda_torch, time_gpu
 
 TITLES = {"compiled": "Llama decoder layer under torch.compile (ms per layer)",
           "backward": "backward bandwidth (TB/s) and ratios"}  # fmt: skip
 
 LAYER_SIZES = ((1, 1), (8, 1), (1, 2048))  # (batch, seq)
+EPS = 1e-6
 
 
 def _llama_layer(torch: Any) -> tuple[Any, Any]:
@@ -103,7 +105,7 @@ def run_compiled(args: argparse.Namespace) -> list[Row]:
             ref, got = stock_c(), ours_c()
             t_stock = _time_call(stock_c)
             t_ours = _time_call(ours_c)
-        err = ((got.float() - ref.float()).norm() / ref.float().norm()).item()
+        err = rel_err(got, ref)
         rows.append({
             "batch_x_seq": f"{batch}x{seq}", "stock_compiled_ms": t_stock,
             "ours_compiled_ms": t_ours, "speedup": t_stock / t_ours, "rel_err": err,
@@ -111,47 +113,69 @@ def run_compiled(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
-def _backward_cases(
-    torch: Any,
-) -> dict[str, tuple[Callable[..., Any], Callable[..., Any], float]]:
-    """op -> (ours, torch's, x-sized tensors the backward reads and writes)."""
+class BackwardCase(NamedTuple):
+    ours: Callable[[Any, Any], Any]  # (x, weight) -> y, through our autograd
+    theirs: Callable[[Any, Any], Any]  # torch's forward, differentiated by torch
+    want: Callable[[Any, Any], Any]  # the fp64 reference formula, differentiated by torch
+    tensors: float  # x-sized tensors the backward reads and writes
+
+
+def backward_cases(torch: Any) -> dict[str, BackwardCase]:
     import torch.nn.functional as F
 
     import aotkernels as ak
 
     return {
-        "rms_norm": (lambda x, w: ak.rms_norm(x, w, 1e-6),
-                     lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6), 3),
+        "rms_norm": BackwardCase(lambda x, w: ak.rms_norm(x, w, EPS),
+                                 lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS),
+                                 lambda x, w: reference.rms_norm(x, w, EPS), 3),
         # x [.., 2d] and dx [.., 2d] read and written, dy [.., d] read: 2.5 x-sized tensors.
-        "silu_and_mul": (lambda x, w: ak.silu_and_mul(x),
-                         lambda x, w: reference.gated("silu_and_mul", x, dtype=None), 2.5),
-        "softmax": (lambda x, w: ak.softmax(x), lambda x, w: torch.softmax(x, -1), 3),
+        "silu_and_mul": BackwardCase(lambda x, w: ak.silu_and_mul(x),
+                                     lambda x, w: reference.gated("silu_and_mul", x, dtype=None),
+                                     lambda x, w: reference.gated("silu_and_mul", x, "float64"),
+                                     2.5),
+        "softmax": BackwardCase(lambda x, w: ak.softmax(x), lambda x, w: torch.softmax(x, -1),
+                                lambda x, w: reference.softmax(x), 3),
     }  # fmt: skip
 
 
+def grad_error(case: BackwardCase, x: Any, w: Any, dy: Any, wrt: int) -> float:
+    """The largest ``rel_err`` of our gradients (of x, and of the weight where ``wrt`` is 2)
+    against torch's autograd of the fp64 reference on the same inputs."""
+    import torch
+
+    leaves = [t.detach().requires_grad_() for t in (x, w)]
+    got = torch.autograd.grad(case.ours(*leaves), leaves[:wrt], dy)
+    exact = [t.detach().double().requires_grad_() for t in (x, w)]
+    want = torch.autograd.grad(case.want(*exact), exact[:wrt], dy.double())
+    return max(rel_err(g, e) for g, e in zip(got, want, strict=True))
+
+
 def run_backward(args: argparse.Namespace) -> list[Row]:
+    """Each op's backward timed through autograd (ours, torch eager, torch.compile), after one
+    call of ours compared with the fp64 reference's gradients (``rel_err``)."""
     torch = cuda_torch()
     rows: list[Row] = []
-    for op, (ours, theirs, tensors) in _backward_cases(torch).items():
+    for op, case in backward_cases(torch).items():
         for cols in (4096, 8192):
             shape = (16384, cols)
             x = torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True)
             w = torch.randn(cols, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            nbytes = x.numel() * 2
-            moved = tensors * nbytes
             copy = copy_tbps(torch, [x.detach()])
             inputs = (x, w) if op == "rms_norm" else (x,)
+            dy = torch.randn_like(case.ours(x, w))
+            err = grad_error(case, x, w, dy, len(inputs))
 
-            def grad_time(
-                fwd: Callable[..., Any] | None, x: Any = x, w: Any = w, inputs: Any = inputs
-            ) -> float | None:
+            def grad_time(fwd: Callable[..., Any] | None, x: Any = x, w: Any = w,
+                          inputs: Any = inputs, dy: Any = dy) -> float | None:  # fmt: skip
                 if fwd is None:
                     return None
                 y = fwd(x, w)
-                g = torch.randn_like(y)
-                return time_gpu(lambda i: torch.autograd.grad(y, inputs, g, retain_graph=True))
+                return time_gpu(lambda i: torch.autograd.grad(y, inputs, dy, retain_graph=True))
 
-            ms = {"ours": grad_time(ours), "eager": grad_time(theirs),
-                  "compile": grad_time(compiled(args, torch, theirs))}  # fmt: skip
-            rows.append({"op": op, "shape": list(shape), **bandwidth(moved, copy, ms)})
+            ms = {"ours": grad_time(case.ours), "eager": grad_time(case.theirs),
+                  "compile": grad_time(compiled(args, torch, case.theirs))}  # fmt: skip
+            moved = case.tensors * x.numel() * 2
+            rows.append({"op": op, "shape": list(shape), "rel_err": err,
+                         **bandwidth(moved, copy, ms)})  # fmt: skip
     return rows
