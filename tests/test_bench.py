@@ -121,6 +121,53 @@ def test_import_aotkernels_does_not_import_bench() -> None:
     assert r.stdout.strip() == "[]"
 
 
+def test_main_runs_the_suites_and_writes_their_json_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dispatch on stand-in suites: ``all`` writes every suite's rows under the keys the
+    JSON always had; a failed check is reported and makes the exit status 1."""
+    import importlib
+
+    class FakeTorch:
+        __version__ = "0"
+
+        class cuda:  # torch.cuda's spelling
+            @staticmethod
+            def get_device_name() -> str:
+                return "stand-in"
+
+    monkeypatch.setattr(cli, "cuda_torch", FakeTorch)
+    ran: list[str] = []
+
+    def rows(name: str, check: str = "ok") -> Any:
+        def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+            ran.append(name)
+            return [{"op": name, "vs_eager": 2.0, "check": check}]
+
+        return run
+
+    for suite, module in cli.MODULES.items():
+        mod = importlib.import_module(f"aotkernels.bench.{module}")
+        if suite == "attention":
+            monkeypatch.setattr(mod, "run", lambda a: (rows("fwd")(a), rows("dec")(a), []))
+        elif module == "frontends":
+            monkeypatch.setattr(mod, f"run_{suite}", rows(suite))
+        else:
+            monkeypatch.setattr(
+                mod, "run", rows(suite, "FAIL: 1 differs" if suite == "rope" else "ok")
+            )
+    path = tmp_path / "all.json"
+    assert cli.main(["all", "--json", str(path)]) == 1  # rope's stand-in check failed
+    assert ran == ["launch", "jax", "elementwise", "norm", "quant", "gemm", "rope", "batched",
+                   "fwd", "dec"]  # fmt: skip
+    out = json.loads(path.read_text())
+    assert list(out) == ["device", "torch", "launch", "jax", "elementwise", "norm", "quant",
+                         "gemm_method", "gemm", "rope", "batched", "attention",
+                         "attention_decode", "attention_varlen"]  # fmt: skip
+    assert out["gemm_method"]["rounds"] == 2 and out["attention_varlen"] == []
+    assert cli.main(["backward"]) == 0 and ran[-1] == "backward"
+
+
 def test_selection_helpers() -> None:
     assert common.dtypes(args(dtypes=None), ["bf16", "f32"], ["bf16"]) == ["bf16"]
     assert common.dtypes(args(dtypes="f32,int8"), ["bf16", "f32"], ["bf16"]) == ["f32"]
