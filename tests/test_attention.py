@@ -16,6 +16,7 @@ import math
 import os
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,9 @@ from aotkernels.ops.attention import (
 )
 from helpers.fake_dlpack import FakeCudaArray
 from helpers.fake_family import fake_family
+from helpers.reference import FAMILY_TOLERANCES
+from helpers.reference import attention as reference
+from helpers.reference import tol as reference_tol
 from helpers.sanitizer import assert_clean, sanitizer_or_skip
 
 ENV = "AOTKERNELS_ATTENTION_PATH"
@@ -41,21 +45,11 @@ SCRIPTS = Path(__file__).parent / "scripts"
 HEAD_DIMS = [64, 128, 256]
 DTYPES = ["float16", "bfloat16"]
 
-# (rtol, atol) of outputs against the fp32 reference, for inputs ~ N(0, 1). As FlashAttention,
-# the kernel rounds the probabilities P (in [0, 1]) to the storage dtype before P V: each term
-# p_j v_j carries a relative error up to half an ulp u (f16 2**-11, bf16 2**-8 with its 8-bit
-# significand), so |err| <= u * sum_j p_j |v_j| <= u * max|v| ~ 4.5 u for N(0, 1) values (and
-# typically far less: the errors are independent). The output is then rounded once more
-# (another u relative). f16: 4.5 * 2**-11 ~ 2.2e-3 -> atol 3e-3, rtol 2e-3; bf16: 4.5 * 2**-8
-# ~ 1.8e-2 -> atol 2e-2, rtol 1e-2. The LSE is f32 from unrounded probabilities: scores are
-# exact products of the inputs summed in f32, exp2 is MUFU (2 ulp): atol/rtol 1e-4.
-TOLERANCES = {"float16": (2e-3, 3e-3), "bfloat16": (1e-2, 2e-2)}
+# (rtol, atol) of outputs against the fp32 reference: reference.FAMILY_TOLERANCES["attention"]
+# says why. The LSE is f32 from unrounded probabilities: scores are exact products of the inputs
+# summed in f32, exp2 is MUFU (2 ulp): atol/rtol 1e-4.
 LSE_TOL = {"rtol": 1e-4, "atol": 1e-4}
-
-
-def tol(dtype: Any) -> dict[str, float]:
-    rtol, atol = TOLERANCES[str(dtype).removeprefix("torch.")]
-    return {"rtol": rtol, "atol": atol}
+tol = partial(reference_tol, table=FAMILY_TOLERANCES["attention"])
 
 
 # --- CPU: validation ------------------------------------------------------------------------
@@ -603,46 +597,6 @@ def _torch() -> Any:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     return torch
-
-
-def reference(
-    q: Any,
-    k: Any,
-    v: Any,
-    causal: bool = False,
-    scale: float | None = None,
-    window: tuple[int, int] | None = None,
-    softcap: float | None = None,
-) -> tuple[Any, Any]:
-    """fp32 softmax(q k^T * scale + mask) v per head: ([B, Sq, H, D], lse [B, H, Sq]).
-
-    The mask is built explicitly from the rule the kernel documents (bottom-right aligned);
-    rows without any visible key give 0 and an LSE of -inf."""
-    torch = _torch()
-    sq, h, d = q.shape[1:]
-    sk, hkv = k.shape[1], k.shape[2]
-    scale = 1 / math.sqrt(d) if scale is None else scale
-    qf = q.float().transpose(1, 2)
-    kf = k.float().repeat_interleave(h // hkv, dim=2).transpose(1, 2)
-    vf = v.float().repeat_interleave(h // hkv, dim=2).transpose(1, 2)
-    s = qf @ kf.transpose(-1, -2) * scale
-    if softcap:
-        s = softcap * torch.tanh(s / softcap)
-    i = torch.arange(sq, device=q.device)[:, None] + (sk - sq)
-    j = torch.arange(sk, device=q.device)[None, :]
-    keep = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
-    left, right = window if window is not None else (-1, -1)
-    if causal:
-        right = 0 if right < 0 else min(right, 0)
-    if left >= 0:
-        keep &= j >= i - left
-    if right >= 0:
-        keep &= j <= i + right
-    s = s.masked_fill(~keep, float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)
-    p = torch.exp(s - torch.where(lse.isinf(), torch.zeros_like(lse), lse)[..., None])
-    out = (p @ vf).transpose(1, 2)
-    return out, lse
 
 
 def rand(*shape: int, dtype: Any, scale: float = 1.0) -> Any:

@@ -20,6 +20,7 @@ import aotkernels as ak
 from aotkernels.ops import _backward as bw
 from aotkernels.ops import _op
 from aotkernels.ops._op import REGISTRY, Args, Meta
+from helpers import reference
 
 DTYPES = ["float32", "float16", "bfloat16"]
 SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
@@ -389,20 +390,6 @@ def norm_backward(
 # --- references: float64 autograd ------------------------------------------------------------
 
 
-def _act64(kernel: str, t: Any) -> Any:
-    import torch
-    import torch.nn.functional as F
-
-    fns = {
-        "relu": torch.relu,
-        "gelu": F.gelu,
-        "gelu_tanh": lambda a: F.gelu(a, approximate="tanh"),
-        "silu": F.silu,
-        "sigmoid": torch.sigmoid,
-    }
-    return fns[kernel](t)
-
-
 def grads64(f: Any, dy: Any, *inputs: Any) -> list[Any]:
     """d(sum(f(*inputs) * dy)) / d(input) for each input, in float64."""
     leaves = [None if t is None else t.double().requires_grad_() for t in inputs]
@@ -442,7 +429,7 @@ def test_activation_backward(kernel: str, dtype: str, cols: int) -> None:
     x = _randn((3, cols), dtype, 4.0, seed=cols)
     dy = _randn((3, cols), dtype, 1.0, seed=cols + 1)
     dx = act_backward(kernel, dy, x)
-    (ref,) = grads64(lambda t: _act64(kernel, t), dy, x)
+    (ref,) = grads64(lambda t: reference.activation(kernel, t, "float64"), dy, x)
     check(dx, ref, f"{kernel}_backward {dtype} cols={cols}")
 
 
@@ -458,7 +445,7 @@ def test_activation_backward_strided_and_misaligned(kernel: str, dtype: str) -> 
     wide = _nan_like(x, (rows, cols + 16))
     out = wide[:, :cols]
     act_backward(kernel, dy, x, out)
-    (ref,) = grads64(lambda t: _act64(kernel, t), dy, x)
+    (ref,) = grads64(lambda t: reference.activation(kernel, t, "float64"), dy, x)
     check(out, ref, f"{kernel}_backward {dtype} strided")
     assert torch.isnan(wide[:, cols:]).all(), "wrote outside out's rows"
     # all three contiguous and aligned: the one-long-row vector path
@@ -476,7 +463,7 @@ def test_activation_backward_special_values(dtype: str) -> None:
     dy = torch.ones_like(x)
     for kernel in ACTIVATIONS:
         dx = act_backward(kernel, dy, x)
-        (ref,) = grads64(lambda t, k=kernel: _act64(k, t), dy, x)
+        (ref,) = grads64(lambda t, k=kernel: reference.activation(k, t, "float64"), dy, x)
         finite = torch.isfinite(ref)
         check(dx[finite], ref[finite], f"{kernel}_backward {dtype} special values")
         assert torch.equal(torch.isnan(dx), torch.isnan(ref)), (kernel, dx, ref)
@@ -491,12 +478,10 @@ def test_activation_backward_special_values(dtype: str) -> None:
 @pytest.mark.parametrize("kernel", GATED)
 @pytest.mark.parametrize("d", ODD_COLS)
 def test_gated_backward(kernel: str, dtype: str, d: int) -> None:
-    act = {"silu_and_mul": "silu", "gelu_and_mul": "gelu", "gelu_tanh_and_mul": "gelu_tanh"}
     x = _randn((5, 2 * d), dtype, 3.0, seed=d)
     dy = _randn((5, d), dtype, seed=d + 1)
-    dx = gated_backward(kernel, dy, x)
-    (ref,) = grads64(lambda t: _act64(act[kernel], t[..., :d]) * t[..., d:], dy, x)
-    check(dx, ref, f"{kernel}_backward {dtype} d={d}")
+    (ref,) = grads64(lambda t: reference.gated(kernel, t, "float64"), dy, x)
+    check(gated_backward(kernel, dy, x), ref, f"{kernel}_backward {dtype} d={d}")
 
 
 @pytest.mark.gpu
@@ -505,14 +490,13 @@ def test_gated_backward(kernel: str, dtype: str, d: int) -> None:
 def test_gated_backward_strided(kernel: str, dtype: str) -> None:
     import torch
 
-    act = {"silu_and_mul": "silu", "gelu_and_mul": "gelu", "gelu_tanh_and_mul": "gelu_tanh"}
     rows, d = 33, 512
     x = _randn((rows, 2 * d + 64), dtype, 3.0)[:, 32 : 32 + 2 * d]
     dy = _randn((rows, d + 8), dtype, seed=2)[:, :d]
     wide = _nan_like(x, (rows, 2 * d + 8))
     out = wide[:, : 2 * d]
     gated_backward(kernel, dy, x, out)
-    (ref,) = grads64(lambda t: _act64(act[kernel], t[..., :d]) * t[..., d:], dy, x)
+    (ref,) = grads64(lambda t: reference.gated(kernel, t, "float64"), dy, x)
     check(out, ref, f"{kernel}_backward {dtype} strided")
     assert torch.isnan(wide[:, 2 * d :]).all()
 
@@ -582,17 +566,6 @@ def test_softmax_backward_strided_misaligned_and_nan(dtype: str, cols: int) -> N
 # --- GPU: rms_norm / layer_norm ----------------------------------------------------------------
 
 
-def _rms64(x: Any, w: Any, eps: float) -> Any:
-    y = x * (x.square().mean(-1, keepdim=True) + eps).rsqrt()
-    return y if w is None else y * w
-
-
-def _ln64(x: Any, w: Any, b: Any, eps: float) -> Any:
-    import torch.nn.functional as F
-
-    return F.layer_norm(x, (x.shape[-1],), w, b, eps)
-
-
 NORM_COLS = [*ODD_COLS, 4096, 8192, 16384]
 
 
@@ -621,10 +594,10 @@ def _norm_case(op: str, dtype: str, rows: int, cols: int, weight: bool, bias: bo
     eps = 1e-6 if op == "rms_norm_backward" else 1e-5
     dx, dw, db = norm_backward(op, dy, x, w, eps, has_bias=bias)
     if op == "rms_norm_backward":
-        rx, rw = grads64(lambda a, c: _rms64(a, c, eps), dy, x, w)
+        rx, rw = grads64(lambda a, c: reference.rms_norm(a, c, eps), dy, x, w)
         rb = None
     else:
-        rx, rw, rb = grads64(lambda a, c, e: _ln64(a, c, e, eps), dy, x, w, b)
+        rx, rw, rb = grads64(lambda a, c, e: reference.layer_norm(a, c, e, eps), dy, x, w, b)
     what = f"{op} {dtype} {rows}x{cols} weight={weight} bias={bias}"
     check(dx, rx, what + " dx", _dx_scale(x, w, dy, eps))
     if weight and op == "layer_norm_backward" and cols == 1:
@@ -686,10 +659,10 @@ def test_norm_backward_strided_and_misaligned(op: str, dtype: str, cols: int) ->
     wide = _nan_like(x, (rows, cols + 8))
     dx, dw, db = norm_backward(op, dy, x, w, 1e-5, has_bias, out=wide[:, :cols])
     if op == "rms_norm_backward":
-        rx, rw = grads64(lambda a, c: _rms64(a, c, 1e-5), dy, x, w)
+        rx, rw = grads64(lambda a, c: reference.rms_norm(a, c, 1e-5), dy, x, w)
     else:
         b = torch.zeros_like(w)  # its value does not enter any gradient
-        rx, rw, rb = grads64(lambda a, c, e: _ln64(a, c, e, 1e-5), dy, x, w, b)
+        rx, rw, rb = grads64(lambda a, c, e: reference.layer_norm(a, c, e, 1e-5), dy, x, w, b)
         check(db, rb, f"{op} {dtype} strided dbias")
     check(dx, rx, f"{op} {dtype} strided dx", _dx_scale(x, w, dy, 1e-5))
     check(dw, rw, f"{op} {dtype} strided dweight")
@@ -808,20 +781,20 @@ def test_autograd_through_forward_ops(dtype: str) -> None:
 
     x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
     ak.rms_norm(x, w, 1e-6).backward(dy)
-    rx, rw = grads64(lambda a, c: _rms64(a, c, 1e-6), dy, x0, w0)
+    rx, rw = grads64(lambda a, c: reference.rms_norm(a, c, 1e-6), dy, x0, w0)
     check(x.grad, rx, f"autograd rms_norm dx {dtype}", _dx_scale(x0, w0, dy, 1e-6))
     check(w.grad, rw, f"autograd rms_norm dweight {dtype}")
 
     x, w, b = (t.clone().requires_grad_() for t in (x0, w0, b0))
     ak.layer_norm(x, w, b, 1e-5).backward(dy)
-    rx, rw, rb = grads64(lambda a, c, e: _ln64(a, c, e, 1e-5), dy, x0, w0, b0)
+    rx, rw, rb = grads64(lambda a, c, e: reference.layer_norm(a, c, e, 1e-5), dy, x0, w0, b0)
     check(x.grad, rx, f"autograd layer_norm dx {dtype}", _dx_scale(x0, w0, dy, 1e-5))
     check(w.grad, rw, f"autograd layer_norm dweight {dtype}")
     check(b.grad, rb, f"autograd layer_norm dbias {dtype}")
 
     x = x0.clone().requires_grad_()  # no weight, no bias: only x's gradient
     ak.layer_norm(x).backward(dy)
-    (rx,) = grads64(lambda a: _ln64(a, None, None, 1e-5), dy, x0)
+    (rx,) = grads64(lambda a: reference.layer_norm(a, None, None, 1e-5), dy, x0)
     check(x.grad, rx, f"autograd layer_norm (no affine) dx {dtype}", _dx_scale(x0, None, dy, 1e-5))
 
 
@@ -834,7 +807,7 @@ def test_autograd_broadcast_grad_and_compile() -> None:
     w0 = _randn((64,), "bfloat16", seed=1) + 1.0
     x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
     ak.rms_norm(x, w).float().sum().backward()  # grad arrives as expanded ones
-    rx, rw = grads64(lambda a, c: _rms64(a, c, 1e-6), torch.ones_like(x0), x0, w0)
+    rx, rw = grads64(lambda a, c: reference.rms_norm(a, c, 1e-6), torch.ones_like(x0), x0, w0)
     check(x.grad, rx, "broadcast grad dx", _dx_scale(x0, w0, torch.ones_like(x0), 1e-6))
     check(w.grad, rw, "broadcast grad dweight")
 
@@ -992,7 +965,7 @@ def test_autograd_rms_norm_two_level_rows_and_gemma(dtype: str) -> None:
         # weight dtype (ops/norm.py), so the reference differentiates with that rounded weight:
         # d/dweight is the same as d/d(1 + weight).
         w_eff = w0 + 1 if gemma else w0
-        rx, rw = grads64(lambda a, c: _rms64(a, c, 1e-6), dy, q0, w_eff)
+        rx, rw = grads64(lambda a, c: reference.rms_norm(a, c, 1e-6), dy, q0, w_eff)
         grad_q = qkv.grad.view(tokens, 3 * heads, d)
         what = f"two-level rms_norm gemma={gemma} {dtype}"
         check(grad_q[:, :heads], rx, what + " dx", _dx_scale(q0, w_eff, dy, 1e-6))

@@ -25,47 +25,8 @@ from helpers.fake_dlpack import FakeCudaArray
 
 DTYPES = ["float32", "float16", "bfloat16"]
 
-# (rtol, atol) against an fp64 reference computed from the same (rounded) inputs. Outputs are
-# O(1) (normalized values times weights ~ N(0, 1)).
-TOLERANCES = {
-    # f32 sums of up to 1e5 squares (fixed-order tree: per-thread lanes, shuffles) differ from
-    # fp64 by ~sqrt(n) ulps; rsqrtf and __fdividef add 2 ulps each: ~1e-5 relative at 65536.
-    "float32": (2e-5, 2e-5),
-    # one rounding to f16 (half an ulp: 2**-11 ~ 4.9e-4); the f32 error can flip a tie: one ulp.
-    "float16": (1e-3, 1e-5),
-    # one rounding to bf16 (half an ulp: 2**-9 ~ 2e-3), a tie may flip: one ulp (2**-8) and
-    # margin.
-    "bfloat16": (8e-3, 1e-5),
-}
-
-
-tol = partial(reference.tol, table=TOLERANCES)
-
-
-# --- fp64 references (torch on the device) ---------------------------------------------------
-
-
-def rms_norm_ref(x: Any, w: Any, eps: float = 1e-6) -> Any:
-    xd = x.double()
-    return xd * (xd.square().mean(-1, keepdim=True) + eps).rsqrt() * w.double()
-
-
-def layer_norm_ref(x: Any, w: Any = None, b: Any = None, eps: float = 1e-5) -> Any:
-    import torch
-
-    xd = x.double()
-    y = torch.nn.functional.layer_norm(xd, (x.shape[-1],), eps=eps)
-    if w is not None:
-        y = y * w.double()
-    if b is not None:
-        y = y + b.double()
-    return y
-
-
-def fused_add_ref(x: Any, r: Any, w: Any, eps: float = 1e-6) -> tuple[Any, Any]:
-    """(x_out, residual_out): the sum rounded to the storage dtype (vLLM), then normalized."""
-    s = (x.float() + r.float()).to(x.dtype)
-    return rms_norm_ref(s, w, eps), s
+# (rtol, atol) against the fp64 reference on the same (rounded) inputs.
+tol = partial(reference.tol, table=reference.FAMILY_TOLERANCES["norm"])
 
 
 # --- CPU: validation ------------------------------------------------------------------------
@@ -327,7 +288,7 @@ def test_rms_norm_matches_reference(dtype: str, shape: tuple[int, int]) -> None:
     x, w = _randn(shape, dtype), _weight(shape[1], dtype)
     y = rms_norm(x, w)
     assert type(y) is torch.Tensor and y.shape == x.shape and y.dtype == x.dtype
-    _check(y, rms_norm_ref(x, w))
+    _check(y, reference.rms_norm(x, w))
 
 
 @pytest.mark.gpu
@@ -336,7 +297,7 @@ def test_rms_norm_matches_reference(dtype: str, shape: tuple[int, int]) -> None:
 def test_layer_norm_matches_reference(dtype: str, shape: tuple[int, int]) -> None:
     x = _randn(shape, dtype) + 2.0  # a non-zero mean exercises the centring
     w, b = _weight(shape[1], dtype), _randn(shape[1], dtype, 1.0)
-    _check(layer_norm(x, w, b), layer_norm_ref(x, w, b))
+    _check(layer_norm(x, w, b), reference.layer_norm(x, w, b))
 
 
 @pytest.mark.gpu
@@ -346,7 +307,7 @@ def test_fused_add_rms_norm_matches_reference(dtype: str, shape: tuple[int, int]
     import torch
 
     x, r, w = _randn(shape, dtype), _randn(shape, dtype), _weight(shape[1], dtype)
-    ref_x, ref_r = fused_add_ref(x, r, w)
+    ref_x, ref_r = reference.fused_add_rms_norm(x, r, w)
     xo, ro = fused_add_rms_norm(x, r, w)
     assert xo is x and ro is r
     assert torch.equal(r, ref_r)  # one f32 add rounded once: bitwise what torch computes
@@ -362,10 +323,10 @@ def test_multi_pass_hidden(dtype: str, h: int) -> None:
     import torch
 
     x, w, b = _randn((5, h), dtype), _weight(h, dtype), _randn(h, dtype, 1.0)
-    _check(rms_norm(x, w), rms_norm_ref(x, w))
-    _check(layer_norm(x, w, b), layer_norm_ref(x, w, b))
+    _check(rms_norm(x, w), reference.rms_norm(x, w))
+    _check(layer_norm(x, w, b), reference.layer_norm(x, w, b))
     r = _randn((5, h), dtype)
-    ref_x, ref_r = fused_add_ref(x, r, w)
+    ref_x, ref_r = reference.fused_add_rms_norm(x, r, w)
     fused_add_rms_norm(x, r, w)
     assert torch.equal(r, ref_r)
     _check(x, ref_x)
@@ -383,16 +344,16 @@ def test_strided_rows_nan_poisoned(dtype: str, h: int) -> None:
     x.copy_(_randn((19, h), dtype))
     w, b = _weight(h, dtype), _randn(h, dtype, 1.0)
     for view in (x, base[::2, :h], x.view(19, 1, h)):
-        _check(rms_norm(view, w), rms_norm_ref(view, w))
-        _check(layer_norm(view, w, b), layer_norm_ref(view, w, b))
+        _check(rms_norm(view, w), reference.rms_norm(view, w))
+        _check(layer_norm(view, w, b), reference.layer_norm(view, w, b))
     out_base = torch.full_like(base, float("nan"))
     rms_norm(x, w, out=out_base[:, :h])
-    _check(out_base[:, :h], rms_norm_ref(x, w))
+    _check(out_base[:, :h], reference.rms_norm(x, w))
     assert out_base[:, h:].isnan().all()
     # fused, with strided x and residual: the gaps of both stay poisoned
     res_base = torch.full_like(base, float("nan"))
     res_base[:, :h] = _randn((19, h), dtype)
-    ref_x, ref_r = fused_add_ref(x, res_base[:, :h], w)
+    ref_x, ref_r = reference.fused_add_rms_norm(x, res_base[:, :h], w)
     fused_add_rms_norm(x, res_base[:, :h], w)
     assert torch.equal(res_base[:, :h], ref_r)
     _check(x, ref_x)
@@ -411,13 +372,13 @@ def test_misaligned_storage_offsets(dtype: str, offset: int, h: int) -> None:
     base = _randn((rows * h + 8,), dtype)
     x = base[offset : offset + rows * h].view(rows, h)
     w = _weight(h, dtype)
-    _check(rms_norm(x, w), rms_norm_ref(x, w))
+    _check(rms_norm(x, w), reference.rms_norm(x, w))
     out_base = torch.full_like(base, float("nan"))
     out = out_base[8 - offset : 8 - offset + rows * h].view(rows, h)
     layer_norm(x, w, None, out=out)
-    _check(out, layer_norm_ref(x, w))
+    _check(out, reference.layer_norm(x, w))
     w_base = _weight(h + 1, dtype)  # a misaligned weight too
-    _check(rms_norm(x, w_base[1:]), rms_norm_ref(x, w_base[1:]))
+    _check(rms_norm(x, w_base[1:]), reference.rms_norm(x, w_base[1:]))
 
 
 @pytest.mark.gpu
@@ -430,9 +391,9 @@ def test_out_is_fully_written(op: str, dtype: str, shape: tuple[int, int]) -> No
     x, w = _randn(shape, dtype), _weight(shape[1], dtype)
     out = torch.full_like(x, float("nan"))
     if op == "rms_norm":
-        y, ref = rms_norm(x, w, out=out), rms_norm_ref(x, w)
+        y, ref = rms_norm(x, w, out=out), reference.rms_norm(x, w)
     else:
-        y, ref = layer_norm(x, w, out=out), layer_norm_ref(x, w)
+        y, ref = layer_norm(x, w, out=out), reference.layer_norm(x, w)
     assert y is out and not out.isnan().any()
     _check(out, ref)
 
@@ -440,7 +401,7 @@ def test_out_is_fully_written(op: str, dtype: str, shape: tuple[int, int]) -> No
 @pytest.mark.gpu
 def test_in_place() -> None:
     x, w = _randn((64, 4096), "bfloat16"), _weight(4096, "bfloat16")
-    ref = rms_norm_ref(x, w)
+    ref = reference.rms_norm(x, w)
     assert rms_norm(x, w, out=x) is x
     _check(x, ref)
 
@@ -456,8 +417,8 @@ def test_f16_large_values_do_not_overflow(h: int) -> None:
     w = _weight(h, "float16")
     y = rms_norm(x, w)
     assert torch.isfinite(y).all()
-    _check(y, rms_norm_ref(x, w))
-    _check(layer_norm(x, w), layer_norm_ref(x, w))
+    _check(y, reference.rms_norm(x, w))
+    _check(layer_norm(x, w), reference.layer_norm(x, w))
 
 
 @pytest.mark.gpu
@@ -470,7 +431,7 @@ def test_nan_and_inf_propagate() -> None:
     w = _weight(1024, "float32")
     y = rms_norm(x, w)
     assert y[1].isnan().all() and not y[[0, 3]].isnan().any()
-    assert torch.equal(y[2].isnan(), rms_norm_ref(x, w)[2].isnan())
+    assert torch.equal(y[2].isnan(), reference.rms_norm(x, w)[2].isnan())
     z = layer_norm(x, w)
     assert z[1].isnan().all() and z[2].isnan().all() and not z[[0, 3]].isnan().any()
 
@@ -488,7 +449,7 @@ def test_empty_inputs(shape: tuple[int, ...]) -> None:
     assert fused_add_rms_norm(x, r, w) == (x, r)
     # the next op still works
     x, w = _randn((3, 8), "float32"), _weight(8, "float32")
-    _check(rms_norm(x, w), rms_norm_ref(x, w))
+    _check(rms_norm(x, w), reference.rms_norm(x, w))
 
 
 @pytest.mark.gpu
@@ -521,7 +482,7 @@ def test_runs_on_the_callers_stream() -> None:
         y = rms_norm(x, w)
         z = rms_norm(x, w, stream=s.cuda_stream)
     s.synchronize()
-    _check(y, rms_norm_ref(x, w))
+    _check(y, reference.rms_norm(x, w))
     assert torch.equal(y, z)
 
 
@@ -536,7 +497,7 @@ def test_cached_plans_follow_pointers_alignment_and_overlap() -> None:
     for off in (0, 8, 1, 0):  # aligned, aligned, misaligned (scalar path), aligned again
         x = base[off : off + 64 * 1024].view(64, 1024)
         torch.testing.assert_close(
-            rms_norm(x, w).double(), rms_norm_ref(x, w), **tol(torch.bfloat16)
+            rms_norm(x, w).double(), reference.rms_norm(x, w), **tol(torch.bfloat16)
         )
     for _ in range(3):
         x = torch.randn(32, 1024, device="cuda", dtype=torch.bfloat16)
@@ -544,7 +505,7 @@ def test_cached_plans_follow_pointers_alignment_and_overlap() -> None:
         s = (x.float() + r.float()).to(x.dtype)
         fused_add_rms_norm(x, r, w)
         assert torch.equal(r, s)
-        torch.testing.assert_close(x.double(), rms_norm_ref(s, w), **tol(torch.bfloat16))
+        torch.testing.assert_close(x.double(), reference.rms_norm(s, w), **tol(torch.bfloat16))
     same = torch.randn(32, 1024, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="must not overlap"):
         fused_add_rms_norm(same, same, w)
@@ -583,12 +544,6 @@ def test_two_level_layouts_checked() -> None:
                 rms_norm(q, w, out=out)
 
 
-def rms_norm_gemma_ref(x: Any, w: Any, eps: float = 1e-6) -> Any:
-    """Gemma's RMSNorm: the f32 normalized x times (1 + w)."""
-    xd = x.double()
-    return xd * (xd.square().mean(-1, keepdim=True) + eps).rsqrt() * (1.0 + w.double())
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 1), (19, 111), (7, 2304), (33, 3584), (3, 100_003)])
@@ -597,12 +552,12 @@ def test_gemma_rms_norm(dtype: str, shape: tuple[int, int]) -> None:
 
     x = _randn(shape, dtype)
     w = _randn(shape[1], dtype, 0.5)  # Gemma's weights sit around 0
-    _check(rms_norm(x, w, gemma=True), rms_norm_gemma_ref(x, w))
+    _check(rms_norm(x, w, gemma=True), reference.rms_norm(x, w, gemma=True))
     r = _randn(shape, dtype)
     s = (x.float() + r.float()).to(x.dtype)
     xo, ro = fused_add_rms_norm(x, r, w, gemma=True)
     assert xo is x and ro is r and torch.equal(r, s)
-    _check(x, rms_norm_gemma_ref(s, w))
+    _check(x, reference.rms_norm(s, w, gemma=True))
     # gemma=False is the plain weight, also with -0.0 weights (the sign of 0 * w survives)
     w0 = torch.zeros_like(w).neg()
     bits = torch.int32 if dtype == "float32" else torch.int16
@@ -632,7 +587,7 @@ def test_qk_norm_on_fused_qkv_views(
         qkv, (tokens, heads, head_dim), (width, head_dim, 1))  # fmt: skip
     k = torch.as_strided(qkv, (tokens, kv_heads, head_dim), (width, head_dim, 1), q_size)
     wq, wk = _weight(head_dim, dtype), _weight(head_dim, dtype)
-    ref_q, ref_k = rms_norm_ref(q, wq), rms_norm_ref(k, wk)
+    ref_q, ref_k = reference.rms_norm(q, wq), reference.rms_norm(k, wk)
     y = rms_norm(q, wq)
     assert y.shape == q.shape and y.is_contiguous()
     _check(y, ref_q)
@@ -640,16 +595,16 @@ def test_qk_norm_on_fused_qkv_views(
     assert rms_norm(k, wk, out=k) is k
     assert rms_norm(q, wq, gemma=True, out=q) is q
     _check(k, ref_k)
-    _check(q, rms_norm_gemma_ref(before[:, :q_size].view(tokens, heads, head_dim), wq))
+    _check(q, reference.rms_norm(before[:, :q_size].view(tokens, heads, head_dim), wq, gemma=True))
     rest = slice(q_size + kv_size, width)
     assert torch.equal(qkv[:, rest].view(torch.uint8), before[:, rest].view(torch.uint8))
     # heads-major storage viewed token-major: the head stride is the larger one
     hm = _randn((heads, tokens, head_dim), dtype).transpose(0, 1)
-    _check(rms_norm(hm, wq), rms_norm_ref(hm, wq))
+    _check(rms_norm(hm, wq), reference.rms_norm(hm, wq))
     out = torch.full((heads, tokens, head_dim), float("nan"), device="cuda",
                      dtype=hm.dtype).transpose(0, 1)  # fmt: skip
     rms_norm(hm, wq, out=out)
-    _check(out, rms_norm_ref(hm, wq))
+    _check(out, reference.rms_norm(hm, wq))
 
 
 def test_qk_norm_launch_rule() -> None:

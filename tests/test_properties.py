@@ -59,8 +59,8 @@ HIDDEN = (*SIZES, 8191, 8192, 8200, 16384, 40000, 65536, 70000, 100_003)
 
 # (rtol, atol) against fp64, as the family tests document them.
 ACT_TOL = reference.TOLERANCES
-NORM_TOL = {"float32": (2e-5, 2e-5), "float16": (1e-3, 1e-5), "bfloat16": (8e-3, 1e-5)}
-SOFTMAX_TOL = {"float32": (2e-5, 1e-7), "float16": (1e-3, 1e-7), "bfloat16": (8e-3, 1e-7)}
+NORM_TOL = reference.FAMILY_TOLERANCES["norm"]
+SOFTMAX_TOL = reference.FAMILY_TOLERANCES["softmax"]
 
 UNARY = ("relu", "gelu", "gelu_tanh", "silu", "sigmoid")
 GATED = ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul")
@@ -576,57 +576,34 @@ def _call(case: Case, v: dict[str, Any], stream: Any) -> Any:
                         v.get("bias"), **kw)  # fmt: skip
 
 
-def _act64(op: str, x: Any) -> Any:
-    import torch
-
-    if op == "relu":
-        return x.clamp(min=0)
-    if op == "gelu":
-        return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
-    if op == "gelu_tanh":
-        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
-    if op == "silu":
-        return x * torch.sigmoid(x)
-    return torch.sigmoid(x)
-
-
 def _expected(case: Case, inp: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """name -> (fp64 reference, tolerance) of every result; the tolerance is (rtol, atol), or
     (rtol, atol, scale) where the absolute bound grows by two f32 ulps of ``scale`` per element,
     or None for an exact result."""
-    import torch
-
     op, x = case.op, inp.get("x")
     if op in UNARY:
         # The activations' documented absolute error near zero is ~ulp_f32(1) * |x| (1 + erf /
         # 1 + tanh cancel in f32).
         rtol, atol = ACT_TOL[str(x.dtype)[6:]]
-        return {"out": (_act64(op, x.double()), (rtol, atol, x.double().abs()))}
+        return {"out": (reference.activation(op, x, "float64"), (rtol, atol, x.double().abs()))}
     if op in GATED:
         d = x.shape[-1] // 2
-        act = op.removesuffix("_and_mul")
         g, u = x[..., :d].double(), x[..., d:].double()
         rtol, atol = ACT_TOL[str(x.dtype)[6:]]
-        return {"out": (_act64(act, g) * u, (rtol, atol, g.abs() * u.abs()))}
+        return {"out": (reference.gated(op, x, "float64"), (rtol, atol, g.abs() * u.abs()))}
     if op == "softmax":
-        return {"out": (torch.softmax(x.double(), -1), SOFTMAX_TOL[str(x.dtype)[6:]])}
+        return {"out": (reference.softmax(x), SOFTMAX_TOL[str(x.dtype)[6:]])}
     if op in GEMM:
         return _expected_gemm(case, inp)
     eps = case.scalars.get("eps", 0.0)
     w = inp.get("weight")
-    w64 = w.double() if w is not None else 1.0
     tol = NORM_TOL[str(x.dtype)[6:]]
     if op == "rms_norm":
-        xd = x.double()
-        return {"out": (xd * (xd.square().mean(-1, keepdim=True) + eps).rsqrt() * w64, tol)}
+        return {"out": (reference.rms_norm(x, w, eps), tol)}
     if op == "layer_norm":
-        b = inp.get("bias")
-        y = torch.nn.functional.layer_norm(x.double(), (x.shape[-1],), eps=eps) * w64
-        return {"out": (y + (b.double() if b is not None else 0.0), tol)}
+        return {"out": (reference.layer_norm(x, w, inp.get("bias"), eps), tol)}
     if op == "fused_add_rms_norm":
-        s = (x.float() + inp["residual"].float()).to(x.dtype)
-        sd = s.double()
-        y = sd * (sd.square().mean(-1, keepdim=True) + eps).rsqrt() * w64
+        y, s = reference.fused_add_rms_norm(x, inp["residual"], w, eps)
         return {"x": (y, tol), "residual": (s.double(), None)}
     raise AssertionError(f"no reference for {op}")
 

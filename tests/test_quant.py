@@ -21,14 +21,12 @@ import aotkernels as ak
 from aotkernels.ops import quant as quant_ops
 from aotkernels.ops._op import REGISTRY, Args, Meta
 from conftest import gpu_missing
+from helpers import reference
 from helpers.fake_dlpack import FakeCudaArray
 
-FP8 = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
-# Half an ulp of each format, relative, and its smallest subnormal step.
-HALF_ULP = {"float8_e4m3fn": 2.0**-4, "float8_e5m2": 2.0**-3}
-SUBNORMAL = {"float8_e4m3fn": 2.0**-9, "float8_e5m2": 2.0**-16}
+FP8 = reference.FP8_MAX
 DTYPES = ["float32", "float16", "bfloat16"]
-MIN_AMAX = 1e-10
+MIN_AMAX = reference.MIN_AMAX
 
 
 def _x(shape: tuple[int, ...] = (4, 8), dtype: str = "bfloat16", **kw: Any) -> FakeCudaArray:
@@ -202,26 +200,6 @@ def _weight(h: int, dtype: str) -> Any:
     return (torch.rand(h, device="cuda") + 0.5).to(getattr(torch, dtype))
 
 
-def rms_ref(x: Any, w: Any, eps: float = 1e-6, gemma: bool = False) -> Any:
-    xd = x.double()
-    wd = w.double() + (1.0 if gemma else 0.0)
-    return xd * (xd.square().mean(-1, keepdim=True) + eps).rsqrt() * wd
-
-
-def layer_ref(x: Any, w: Any, b: Any, eps: float = 1e-5) -> Any:
-    import torch
-
-    y = torch.nn.functional.layer_norm(x.double(), (x.shape[-1],), eps=eps)
-    return y * w.double() + b.double()
-
-
-def silu_ref(x: Any) -> Any:
-    import torch
-
-    d = x.shape[-1] // 2
-    return torch.nn.functional.silu(x[..., :d].double()) * x[..., d:].double()
-
-
 def torch_fp8(t: Any, fp8: str) -> Any:
     """torch's own saturating conversion of an f64 tensor (clamp, then round to nearest even)."""
     import torch
@@ -243,7 +221,6 @@ def check_fp8(q: Any, scale: Any, y: Any, fp8: str, delta: float, abs_delta: flo
     assert q.dtype == getattr(torch, fp8) and tuple(q.shape) == tuple(y.shape)
     assert scale.dtype == torch.float32
     t = y / scale.double()
-    m = FP8[fp8]
     bits = q.view(torch.uint8)
     want = torch_fp8(t, fp8).view(torch.uint8)
     window = t.abs() * delta + abs_delta / scale.double()
@@ -262,19 +239,10 @@ def check_fp8(q: Any, scale: Any, y: Any, fp8: str, delta: float, abs_delta: flo
     # dequantized only. Most codes must still be compared bit for bit.
     assert stable.sum() >= 0.9 * t.numel() - 2, "too many elements near a tie to test the bits"
     # dequantized: within half an fp8 ulp of the clamped reference (plus the kernel's error)
-    deq = q.double() * scale.double()
-    ref = t.clamp(-m, m) * scale.double()
-    err = (deq - ref).abs()
-    bound = ref.abs() * (HALF_ULP[fp8] + 2 * delta) + scale.double() * SUBNORMAL[fp8] / 2
-    bound += 2 * abs_delta
+    err, bound = reference.fp8_dequantized_error(q, scale, y, fp8, delta, abs_delta)
     ok = (err <= bound * (1 + 1e-9)) | t.isnan()
     assert ok.all(), f"dequantized error {err[~ok].max().item()} beyond half an fp8 ulp"
     assert (q.double().isnan() == t.isnan()).all()
-
-
-def dynamic_scales(y: Any, fp8: str, dims: Any = -1) -> Any:
-    amax = y.abs().amax(dim=dims, keepdim=True) if dims is not None else y.abs().amax()
-    return amax.clamp_min(MIN_AMAX) / FP8[fp8]
 
 
 def _norm_abs(y: Any) -> float:
@@ -285,7 +253,7 @@ def _norm_abs(y: Any) -> float:
 
 
 SHAPES = [(1, 1), (3, 7), (19, 100), (33, 4096), (7, 5000), (4, 65536), (2, 100_003)]
-DELTA = {"norm": 4e-5, "silu_and_mul": 5e-5, "quantize": 1e-6}
+DELTA = reference.FP8_DELTA
 
 
 def _run_norm(op: str, x: Any, fp8: str, scale: Any, gemma: bool = False) -> tuple[Any, ...]:
@@ -296,18 +264,18 @@ def _run_norm(op: str, x: Any, fp8: str, scale: Any, gemma: bool = False) -> tup
     w = _weight(h, x.dtype.__str__().removeprefix("torch."))
     if op == "rms_norm":
         q, s = ak.rms_norm(x, w, 1e-6, gemma=gemma, out_dtype=fp8, scale=scale)
-        return q, s, rms_ref(x, w, 1e-6, gemma)
+        return q, s, reference.rms_norm(x, w, 1e-6, gemma=gemma)
     if op == "layer_norm":
         b = torch.randn(h, device="cuda").to(x.dtype)
         q, s = ak.layer_norm(x, w, b, 1e-5, out_dtype=fp8, scale=scale)
-        return q, s, layer_ref(x, w, b)
+        return q, s, reference.layer_norm(x, w, b)
     r = torch.randn_like(x, dtype=torch.float32).to(x.dtype)
     x_before = x.clone()
     summed = (x.float() + r.float()).to(x.dtype)
     q, r_out, s = ak.fused_add_rms_norm(x, r, w, 1e-6, gemma=gemma, out_dtype=fp8, scale=scale)
     assert r_out is r and torch.equal(r, summed)  # the residual as the bf16 op writes it
     assert torch.equal(x, x_before)  # x is not written when the output is fp8
-    return q, s, rms_ref(summed, w, 1e-6, gemma)
+    return q, s, reference.rms_norm(summed, w, 1e-6, gemma=gemma)
 
 
 @pytest.mark.gpu
@@ -320,7 +288,9 @@ def test_norms_fp8_dynamic_per_row(op: str, dtype: str, fp8: str, shape: tuple[i
     assert tuple(s.shape) == (shape[0], 1)
     import torch
 
-    torch.testing.assert_close(s.double(), dynamic_scales(y, fp8), rtol=2 * DELTA["norm"], atol=0)
+    torch.testing.assert_close(
+        s.double(), reference.fp8_dynamic_scale(y, fp8), rtol=2 * DELTA["norm"], atol=0
+    )
     check_fp8(q, s, y, fp8, DELTA["norm"], _norm_abs(y))
 
 
@@ -335,7 +305,7 @@ def test_norms_fp8_static_saturates(op: str, dtype: str, fp8: str, shape: tuple[
 
     x = _randn(shape, dtype)
     # the scale from a first (dynamic) call's reference, then the static call on fresh inputs
-    y_probe = rms_ref(x, torch.ones(shape[1], device="cuda", dtype=x.dtype))
+    y_probe = reference.rms_norm(x, torch.ones(shape[1], device="cuda", dtype=x.dtype))
     scale = (y_probe.abs().max() * 0.6 / FP8[fp8]).float().reshape(1)
     q, s, y = _run_norm(op, x, fp8, scale)
     assert s is scale
@@ -361,14 +331,16 @@ def test_silu_and_mul_fp8(dtype: str, fp8: str, shape: tuple[int, int], static: 
     import torch
 
     x = _randn(shape, dtype, 2.0)
-    y = silu_ref(x)
+    y = reference.gated("silu_and_mul", x, "float64")
     scale = (y.abs().max() * 0.7 / FP8[fp8]).float().reshape(1) if static else None
     q, s = ak.silu_and_mul(x, out_dtype=fp8, scale=scale)
     if static:
         assert s is scale
     else:
         assert tuple(s.shape) == (shape[0], 1)
-        torch.testing.assert_close(s.double(), dynamic_scales(y, fp8), rtol=1e-4, atol=0)
+        torch.testing.assert_close(
+            s.double(), reference.fp8_dynamic_scale(y, fp8), rtol=1e-4, atol=0
+        )
     check_fp8(q, s, y, fp8, DELTA["silu_and_mul"])
 
 
@@ -389,11 +361,13 @@ def test_quantize(dtype: str, fp8: str, shape: tuple[int, int], mode: str) -> No
     elif mode == "per_token":
         q, s = ak.quantize_fp8(x, per_token=True, out_dtype=fp8)
         assert tuple(s.shape) == (shape[0], 1)
-        torch.testing.assert_close(s.double(), dynamic_scales(y, fp8), rtol=1e-7, atol=0)
+        torch.testing.assert_close(
+            s.double(), reference.fp8_dynamic_scale(y, fp8), rtol=1e-7, atol=0
+        )
     else:
         q, s = ak.quantize_fp8(x, out_dtype=fp8)
         assert tuple(s.shape) == (1,)
-        torch.testing.assert_close(s.double(), dynamic_scales(y, fp8, None).reshape(1),
+        torch.testing.assert_close(s.double(), reference.fp8_dynamic_scale(y, fp8, None).reshape(1),
                                    rtol=1e-7, atol=0)  # fmt: skip
     check_fp8(q, s, y, fp8, DELTA["quantize"])
 
@@ -462,7 +436,7 @@ def test_strided_rows_and_out_poisoned(dtype: str, h: int) -> None:
     x = base[:, :h]
     x.copy_(_randn((19, h), dtype))
     w = _weight(h, dtype)
-    y = rms_ref(x, w)
+    y = reference.rms_norm(x, w)
     out_base = torch.full((19, h + 5), 0x7F, device="cuda", dtype=torch.uint8)
     out = out_base.view(torch.float8_e4m3fn)[:, 2 : h + 2]
     scale = (y.abs().max() / FP8[fp8]).float().reshape(1)  # out= takes static scales
@@ -477,7 +451,13 @@ def test_strided_rows_and_out_poisoned(dtype: str, h: int) -> None:
     d = h // 2
     if d:
         q, s = ak.silu_and_mul(base[:, : 2 * d], out_dtype=fp8)
-        check_fp8(q, s, silu_ref(base[:, : 2 * d]), fp8, DELTA["silu_and_mul"])
+        check_fp8(
+            q,
+            s,
+            reference.gated("silu_and_mul", base[:, : 2 * d], "float64"),
+            fp8,
+            DELTA["silu_and_mul"],
+        )
 
 
 @pytest.mark.gpu

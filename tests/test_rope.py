@@ -21,15 +21,8 @@ from aotkernels.ops.rope import _launch_config
 from helpers import reference
 from helpers.fake_dlpack import FakeCudaArray
 
-# (rtol, atol) against the fp32 formula on the same (rounded) inputs: f32 math with one rounding
-# on store. f32: a few ulps (FMA contraction differs from torch's separate multiply and add);
-# f16 / bf16: half an ulp, a tie may flip to one ulp; atol for results that cancel to ~0.
-TOLERANCES = {
-    "float32": (1e-5, 1e-5),
-    "float16": (1e-3, 1e-5),
-    "bfloat16": (8e-3, 1e-5),
-}
-tol = partial(reference.tol, table=TOLERANCES)
+# (rtol, atol) against the fp32 formula on the same (rounded) inputs.
+tol = partial(reference.tol, table=reference.FAMILY_TOLERANCES["rope"])
 
 
 # --- CPU: validation ------------------------------------------------------------------------
@@ -221,37 +214,6 @@ def test_launch_packets_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
 # --- GPU ------------------------------------------------------------------------------------
 
 
-def cos_sin(max_pos: int, rot_dim: int, base: float = 10000.0) -> Any:
-    """The cache of vLLM's RotaryEmbedding: [max_pos, rot_dim], cos then sin (f32)."""
-    import torch
-
-    inv = 1.0 / base ** (torch.arange(0, rot_dim, 2, dtype=torch.float64, device="cuda") / rot_dim)
-    ang = torch.arange(max_pos, dtype=torch.float64, device="cuda")[:, None] * inv[None, :]
-    return torch.cat([ang.cos(), ang.sin()], dim=-1).float()
-
-
-def rope_ref(x: Any, positions: Any, cache: Any, neox: bool) -> Any:
-    """fp32 result for x [tokens, heads, head_dim]: the transformers ``rotate_half`` formula
-    (NeoX) or vLLM's ``rotate_gptj`` (interleaved) on the first rot_dim elements."""
-    import torch
-
-    rot = cache.shape[1]
-    cos, sin = cache.float()[positions.long()].chunk(2, dim=-1)  # [tokens, rot / 2]
-    xf = x.float()
-    xr, rest = xf[..., :rot], xf[..., rot:]
-    if neox:
-        c = torch.cat([cos, cos], -1)[:, None, :]
-        s = torch.cat([sin, sin], -1)[:, None, :]
-        x1, x2 = xr[..., : rot // 2], xr[..., rot // 2 :]
-        out = xr * c + torch.cat([-x2, x1], -1) * s
-    else:
-        c = cos.repeat_interleave(2, -1)[:, None, :]
-        s = sin.repeat_interleave(2, -1)[:, None, :]
-        x1, x2 = xr[..., ::2], xr[..., 1::2]
-        out = xr * c + torch.stack([-x2, x1], -1).flatten(-2) * s
-    return torch.cat([out, rest], -1)
-
-
 def _dt(name: str) -> Any:
     import torch
 
@@ -291,9 +253,9 @@ def test_matches_formula_on_fused_qkv(
     torch.manual_seed(tokens * 31 + hd)
     flat = torch.randn(tokens * (hq + 2 * hk) * hd + shift, device="cuda").to(_dt(dtype))
     q, k, v = _views(flat, tokens, hq, hk, hd, shift)
-    cache = cos_sin(4096, rot)
+    cache = reference.rope_cache(4096, rot)
     pos = torch.randint(0, 4096, (tokens,), device="cuda")
-    want_q, want_k = rope_ref(q, pos, cache, neox), rope_ref(k, pos, cache, neox)
+    want_q, want_k = reference.rope(q, pos, cache, neox), reference.rope(k, pos, cache, neox)
     before = flat.clone()
     bq, bk, bv = _views(before, tokens, hq, hk, hd, shift)
     out_q, out_k = ak.rope(q, k, pos, cache, neox)
@@ -314,9 +276,9 @@ def test_storage_dtype_cache_and_int32_positions(dtype: str, pos_dtype: str) -> 
     torch.manual_seed(3)
     q = torch.randn(50, 8, 128, device="cuda").to(_dt(dtype))
     k = torch.randn(50, 2, 128, device="cuda").to(_dt(dtype))
-    cache = cos_sin(1000, 128).to(_dt(dtype))
+    cache = reference.rope_cache(1000, 128).to(_dt(dtype))
     pos = torch.randint(0, 1000, (50,), device="cuda", dtype=_dt(pos_dtype))
-    want_q, want_k = rope_ref(q, pos, cache, True), rope_ref(k, pos, cache, True)
+    want_q, want_k = reference.rope(q, pos, cache, True), reference.rope(k, pos, cache, True)
     ak.rope(q, k, pos, cache)
     torch.testing.assert_close(q.float(), want_q, **tol(dtype))
     torch.testing.assert_close(k.float(), want_k, **tol(dtype))
@@ -332,7 +294,7 @@ def test_matches_transformers_apply_rotary_pos_emb() -> None:
     tokens, hq, hk, hd = 37, 4, 2, 64
     q = torch.randn(tokens, hq, hd, device="cuda")
     k = torch.randn(tokens, hk, hd, device="cuda")
-    cache = cos_sin(512, hd)
+    cache = reference.rope_cache(512, hd)
     pos = torch.arange(100, 100 + tokens, device="cuda")
     cos, sin = cache[pos].chunk(2, -1)
     cos, sin = torch.cat([cos, cos], -1)[None], torch.cat([sin, sin], -1)[None]
@@ -349,15 +311,19 @@ def test_out_of_range_positions_leave_tokens_unrotated() -> None:
 
     q = torch.randn(4, 2, 64, device="cuda")
     k = torch.randn(4, 1, 64, device="cuda")
-    cache = cos_sin(10, 64)
+    cache = reference.rope_cache(10, 64)
     pos = torch.tensor([3, 10, -1, 9], device="cuda")
     q0, k0 = q.clone(), k.clone()
     ak.rope(q, k, pos, cache)
     for t in (1, 2):
         assert torch.equal(q[t], q0[t]) and torch.equal(k[t], k0[t])
     ok = torch.tensor([0, 3], device="cuda")
-    torch.testing.assert_close(q[ok], rope_ref(q0[ok], pos[ok], cache, True), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(k[ok], rope_ref(k0[ok], pos[ok], cache, True), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        q[ok], reference.rope(q0[ok], pos[ok], cache, True), rtol=1e-5, atol=1e-5
+    )
+    torch.testing.assert_close(
+        k[ok], reference.rope(k0[ok], pos[ok], cache, True), rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.gpu
@@ -365,7 +331,7 @@ def test_fast_path_rechecks_overlap_and_empty_inputs() -> None:
     import torch
 
     buf = torch.randn(2, 8, 4, 64, device="cuda")
-    cache = cos_sin(16, 64)
+    cache = reference.rope_cache(16, 64)
     pos = torch.zeros(8, dtype=torch.int64, device="cuda")
     ak.rope(buf[0], buf[1], pos, cache)  # caches the plan for this layout
     with pytest.raises(ValueError, match="rope: q must not overlap k"):
@@ -386,9 +352,9 @@ def test_token_stride_past_2_pow_31() -> None:
     q = torch.as_strided(buf, (2, 4, 64), (2**31, 64, 1))
     q.copy_(torch.randn(2, 4, 64, device="cuda").to(torch.bfloat16))
     k = torch.randn(2, 1, 64, device="cuda").to(torch.bfloat16)
-    cache = cos_sin(8, 64)
+    cache = reference.rope_cache(8, 64)
     pos = torch.tensor([1, 7], device="cuda")
-    want_q, want_k = rope_ref(q, pos, cache, False), rope_ref(k, pos, cache, False)
+    want_q, want_k = reference.rope(q, pos, cache, False), reference.rope(k, pos, cache, False)
     ak.rope(q, k, pos, cache, False)
     torch.testing.assert_close(q.float(), want_q, **tol("bfloat16"))
     torch.testing.assert_close(k.float(), want_k, **tol("bfloat16"))

@@ -8,30 +8,15 @@ call, median of rounds) so a change to the hot path can be predicted and checked
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 from functools import partial
 
 import torch
 
 import aotkernels as ak
-from aotkernels import _core, arrays, bench, device, loader
+from aotkernels import _core, arrays, device, loader
+from aotkernels.bench.timing import host_us, time_gpu
 from aotkernels.ops import _elementwise, _op
-
-
-def us(fn: Callable[[], object], calls: int = 20000, rounds: int = 5) -> float:
-    for _ in range(500):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        out.append((time.perf_counter() - t) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(out)
 
 
 def host_costs() -> None:
@@ -52,22 +37,22 @@ def host_costs() -> None:
         "k", int(kern), fam.device.context, [1, 1, 1], [256, 1, 1], 0, params, fam.ptr_offsets
     )
     rows = {
-        "plan(stream, ptrs) via CUfunction": us(lambda: plan(0, yp, xp)),
-        "same plan via context-independent CUkernel": us(lambda: by_kernel(0, yp, xp)),
-        "layout key of x (dtype, shape, stride, device)": us(
+        "plan(stream, ptrs) via CUfunction": host_us(lambda: plan(0, yp, xp)),
+        "same plan via context-independent CUkernel": host_us(lambda: by_kernel(0, yp, xp)),
+        "layout key of x (dtype, shape, stride, device)": host_us(
             lambda: (x.dtype, x.shape, x.stride(), x.get_device())
         ),
-        "x.data_ptr()": us(lambda: x.data_ptr()),
-        "torch current raw stream": us(lambda: arrays.torch_stream(0)),
-        "x.new_empty(shape)": us(lambda: x.new_empty(x.shape)),
-        "torch.empty_like(x)": us(lambda: torch.empty_like(x)),
-        "torch.empty(shape, dtype=, device=)": us(
+        "x.data_ptr()": host_us(lambda: x.data_ptr()),
+        "torch current raw stream": host_us(lambda: arrays.torch_stream(0)),
+        "x.new_empty(shape)": host_us(lambda: x.new_empty(x.shape)),
+        "torch.empty_like(x)": host_us(lambda: torch.empty_like(x)),
+        "torch.empty(shape, dtype=, device=)": host_us(
             lambda: torch.empty((1024,), dtype=torch.float32, device="cuda")
         ),
-        "ak.relu(x, out=y)": us(lambda: ak.relu(x, out=y)),
-        "ak.relu(x)": us(lambda: ak.relu(x)),
-        "torch.relu(x)": us(lambda: torch.relu(x)),
-        "torch.clamp_min(x, 0, out=y)": us(lambda: torch.clamp_min(x, 0, out=y)),
+        "ak.relu(x, out=y)": host_us(lambda: ak.relu(x, out=y)),
+        "ak.relu(x)": host_us(lambda: ak.relu(x)),
+        "torch.relu(x)": host_us(lambda: torch.relu(x)),
+        "torch.clamp_min(x, 0, out=y)": host_us(lambda: torch.clamp_min(x, 0, out=y)),
     }
     for k, v in rows.items():
         print(f"{v:8.3f} us  {k}")
@@ -80,7 +65,7 @@ def _call(fn: Callable[[torch.Tensor], object], x: torch.Tensor, _: int) -> obje
 def grid_sweep() -> None:
     x = torch.randn(16384, 8192, device="cuda", dtype=torch.bfloat16)
     nbytes = 2 * x.numel() * 2
-    copy = nbytes / bench.time_gpu(lambda i: torch.empty_like(x).copy_(x)) / 1e9
+    copy = nbytes / time_gpu(lambda i: torch.empty_like(x).copy_(x)) / 1e9
     print(f"copy {copy:.3f} TB/s")
     for bps in (4, 8, 16, 32, 64, 128):
         _elementwise.BLOCKS_PER_SM = bps
@@ -89,7 +74,7 @@ def grid_sweep() -> None:
         cells = []
         for name, fn in (("relu", ak.relu), ("silu", ak.silu), ("silu_and_mul", ak.silu_and_mul)):
             moved = nbytes if name != "silu_and_mul" else nbytes * 3 // 4
-            t = bench.time_gpu(partial(_call, fn, x))
+            t = time_gpu(partial(_call, fn, x))
             cells.append(f"{name} {moved / t / 1e9:.3f}")
         print(f"BLOCKS_PER_SM={bps:4d}: " + "  ".join(cells) + " TB/s")
 

@@ -189,12 +189,6 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import main as bench_main
-
-    return bench_main(args.bench_args)
-
-
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="aotkernels", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -211,15 +205,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--driver", help="simulate a driver of this CUDA version, e.g. 12.4")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_doctor)
-    p = sub.add_parser(
-        "bench", help="benchmarks on this GPU (see aotkernels bench --help)", add_help=False
-    )
-    p.add_argument("bench_args", nargs=argparse.REMAINDER)
-    p.set_defaults(func=_cmd_bench)
+    # Listed for --help only: main hands everything after "bench" to bench's own parser.
+    sub.add_parser("bench", help="benchmarks on this GPU (see aotkernels bench --help)")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # the rest is bench's, a leading --help included
+        from .bench import main as bench_main
+
+        return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     return int(args.func(args))
 
