@@ -34,6 +34,8 @@ from aotkernels.ops.attention import (
 )
 from helpers.fake_dlpack import FakeCudaArray
 from helpers.fake_family import fake_family
+from helpers.no_launch import Reached as _Reached
+from helpers.no_launch import stop_after_validation
 from helpers.sanitizer import assert_clean, sanitizer_or_skip
 
 ENV = "AOTKERNELS_ATTENTION_PATH"
@@ -61,19 +63,9 @@ def tol(dtype: Any) -> dict[str, float]:
 # --- CPU: validation ------------------------------------------------------------------------
 
 
-class _Reached(Exception):
-    """Validation passed: the op went on to allocate, load the family or launch."""
-
-
 @pytest.fixture
 def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
-    def reached(*args: Any, **kwargs: Any) -> Any:
-        raise _Reached
-
-    monkeypatch.setattr(loader, "family_on", reached)
-    monkeypatch.setattr(arrays.Framework, "empty", reached)
-    monkeypatch.setattr(_op, "_PLANS", {})
-    monkeypatch.delenv(ENV, raising=False)
+    stop_after_validation(monkeypatch, ENV)
 
 
 def F(shape: tuple[int, ...], dtype: str = "float16", **kw: Any) -> FakeCudaArray:
