@@ -35,6 +35,8 @@ from aotkernels.ops.attention import (
 )
 from helpers.fake_dlpack import FakeCudaArray
 from helpers.fake_family import fake_family
+from helpers.no_launch import Reached as _Reached
+from helpers.no_launch import stop_after_validation
 from helpers.reference import FAMILY_TOLERANCES
 from helpers.reference import attention as reference
 from helpers.reference import tol as reference_tol
@@ -55,19 +57,9 @@ tol = partial(reference_tol, table=FAMILY_TOLERANCES["attention"])
 # --- CPU: validation ------------------------------------------------------------------------
 
 
-class _Reached(Exception):
-    """Validation passed: the op went on to allocate, load the family or launch."""
-
-
 @pytest.fixture
 def no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
-    def reached(*args: Any, **kwargs: Any) -> Any:
-        raise _Reached
-
-    monkeypatch.setattr(loader, "family_on", reached)
-    monkeypatch.setattr(arrays.Framework, "empty", reached)
-    monkeypatch.setattr(_op, "_PLANS", {})
-    monkeypatch.delenv(ENV, raising=False)
+    stop_after_validation(monkeypatch, ENV)
 
 
 def F(shape: tuple[int, ...], dtype: str = "float16", **kw: Any) -> FakeCudaArray:
