@@ -313,7 +313,7 @@ def test_activation_row_strides(op: str, stride: int) -> None:
     fn, ref_op = ACTIVATIONS[op]
     xs = Rows(2, 1000, "bfloat16", stride)
     outs = Rows(2, 1000, "bfloat16", BIG + 8, fill="nan")
-    ref = reference.activation_ref(ref_op, xs.view)
+    ref = reference.activation(ref_op, xs.view)
     tol = reference.tol("bfloat16")
     torch.testing.assert_close(fn(xs.view).float(), ref, **tol)
     for _ in range(2):  # the second call takes the cached plan (torch fast path)
@@ -334,7 +334,7 @@ def test_gated_row_strides(op: str) -> None:
     outs = Rows(2, 500, "bfloat16", BIG + 8, fill="nan")
     kw = {"approximate": "tanh"} if op == "gelu_tanh_and_mul" else {}
     fn = ak.silu_and_mul if op == "silu_and_mul" else ak.gelu_and_mul
-    ref = reference.gated_ref(op, xs.view)
+    ref = reference.gated(op, xs.view)
     tol = reference.tol("bfloat16")
     torch.testing.assert_close(fn(xs.view, **kw).float(), ref, **tol)
     assert fn(xs.view, out=outs.view, **kw) is outs.view
@@ -355,7 +355,7 @@ def test_gated_d_past_2_31() -> None:
         x[0, lo:hi] = torch.randn(hi - lo, device="cuda", dtype=torch.bfloat16)
     y = ak.silu_and_mul(x)
     for lo, hi in ((0, 64), (BIG - 64, BIG + 8), (d - 64, d)):
-        ref = reference.gated_ref(
+        ref = reference.gated(
             "silu_and_mul", torch.cat([x[:, lo:hi], x[:, d + lo : d + hi]], 1)
         )
         torch.testing.assert_close(y[:, lo:hi].float(), ref, **reference.tol("bfloat16"))
@@ -374,7 +374,7 @@ def test_storage_offsets_past_2_31() -> None:
     out = out_buf[BIG + 24 : BIG + 24 + 64 * 128].view(64, 128)
     tol = reference.tol("bfloat16")
     torch.testing.assert_close(
-        ak.silu(x, out=out).float(), reference.activation_ref("silu", x), **tol
+        ak.silu(x, out=out).float(), reference.activation("silu", x), **tol
     )
     w = _weight(128, "bfloat16")
     _close(ak.rms_norm(x, w, out=out), rms_ref(x, w), "bfloat16", ROWWISE_TOL)
