@@ -119,27 +119,6 @@ def _weight(h: int, dtype: str) -> Any:
     return (torch.rand(h, device="cuda") + 0.5).to(_dt(dtype))
 
 
-# --- fp64 references on the small logical views --------------------------------------------
-
-
-def rms_ref(x: Any, w: Any, eps: float = 1e-6) -> Any:
-    xd = x.double()
-    return xd * (xd.square().mean(-1, keepdim=True) + eps).rsqrt() * w.double()
-
-
-def layer_ref(x: Any, w: Any, b: Any, eps: float = 1e-5) -> Any:
-    import torch
-
-    y = torch.nn.functional.layer_norm(x.double(), (x.shape[-1],), eps=eps)
-    return y * w.double() + b.double()
-
-
-def softmax_ref(x: Any) -> Any:
-    import torch
-
-    return torch.softmax(x.double(), dim=-1)
-
-
 # --- norm and softmax: row strides ----------------------------------------------------------
 
 NORM_CASES = [("bfloat16", h, s) for h in (128, 4096, 40000) for s in (BIG, BIG + 1)]
@@ -166,7 +145,7 @@ def test_fused_add_rms_norm_row_stride(case: tuple[str, int, int], which: str) -
     w = _weight(h, dtype)
     for _ in range(2):  # the second call takes the cached plan (torch fast path)
         s = (x.float() + r.float()).to(x.dtype)  # vLLM: the sum rounded to the storage dtype
-        ref_x = rms_ref(s, w)
+        ref_x = reference.rms_norm(s, w)
         res = ak.fused_add_rms_norm(x, r, w, 1e-6)
         assert res[0] is x and res[1] is r
         assert torch.equal(r, s)
@@ -189,9 +168,9 @@ def test_rowwise_row_stride(case: tuple[str, int, int], op: str, mode: str) -> N
     x = big.view if mode in ("x", "in_place") else _values((2, h), dtype, "randn")
     w, b = _weight(h, dtype), _values((h,), dtype, "randn")
     ref = {
-        "rms_norm": lambda: rms_ref(x, w),
-        "layer_norm": lambda: layer_ref(x, w, b),
-        "softmax": lambda: softmax_ref(x),
+        "rms_norm": lambda: reference.rms_norm(x, w),
+        "layer_norm": lambda: reference.layer_norm(x, w, b),
+        "softmax": lambda: reference.softmax(x),
     }[op]()
     run = {
         "rms_norm": lambda **kw: ak.rms_norm(x, w, 1e-6, **kw),
@@ -234,7 +213,7 @@ def test_rowwise_rows_times_hidden_past_2_31(op: str) -> None:
         s = (xs.float() + r[pick].float()).to(torch.bfloat16)
         ak.fused_add_rms_norm(x, r, w)
         assert torch.equal(r[pick], s)
-        _close(x[pick], rms_ref(s, w), "bfloat16", ROWWISE_TOL)
+        _close(x[pick], reference.rms_norm(s, w), "bfloat16", ROWWISE_TOL)
         return
     y = {
         "rms_norm": lambda: ak.rms_norm(x, w),
@@ -242,9 +221,9 @@ def test_rowwise_rows_times_hidden_past_2_31(op: str) -> None:
         "softmax": lambda: ak.softmax(x),
     }[op]()
     ref = {
-        "rms_norm": lambda: rms_ref(xs, w),
-        "layer_norm": lambda: layer_ref(xs, w, b),
-        "softmax": lambda: softmax_ref(xs),
+        "rms_norm": lambda: reference.rms_norm(xs, w),
+        "layer_norm": lambda: reference.layer_norm(xs, w, b),
+        "softmax": lambda: reference.softmax(xs),
     }[op]()
     _close(y[pick], ref, "bfloat16", SOFTMAX_TOL if op == "softmax" else ROWWISE_TOL)
 
@@ -355,9 +334,7 @@ def test_gated_d_past_2_31() -> None:
         x[0, lo:hi] = torch.randn(hi - lo, device="cuda", dtype=torch.bfloat16)
     y = ak.silu_and_mul(x)
     for lo, hi in ((0, 64), (BIG - 64, BIG + 8), (d - 64, d)):
-        ref = reference.gated(
-            "silu_and_mul", torch.cat([x[:, lo:hi], x[:, d + lo : d + hi]], 1)
-        )
+        ref = reference.gated("silu_and_mul", torch.cat([x[:, lo:hi], x[:, d + lo : d + hi]], 1))
         torch.testing.assert_close(y[:, lo:hi].float(), ref, **reference.tol("bfloat16"))
 
 
@@ -373,12 +350,10 @@ def test_storage_offsets_past_2_31() -> None:
     out_buf = torch.full_like(buf, float("nan"))
     out = out_buf[BIG + 24 : BIG + 24 + 64 * 128].view(64, 128)
     tol = reference.tol("bfloat16")
-    torch.testing.assert_close(
-        ak.silu(x, out=out).float(), reference.activation("silu", x), **tol
-    )
+    torch.testing.assert_close(ak.silu(x, out=out).float(), reference.activation("silu", x), **tol)
     w = _weight(128, "bfloat16")
-    _close(ak.rms_norm(x, w, out=out), rms_ref(x, w), "bfloat16", ROWWISE_TOL)
-    _close(ak.softmax(x, out=out), softmax_ref(x), "bfloat16", SOFTMAX_TOL)
+    _close(ak.rms_norm(x, w, out=out), reference.rms_norm(x, w), "bfloat16", ROWWISE_TOL)
+    _close(ak.softmax(x, out=out), reference.softmax(x), "bfloat16", SOFTMAX_TOL)
     b = buf[BIG + 8 + 64 * 128 : BIG + 8 + 64 * 128 + 128 * 64].view(128, 64)
     b.copy_(torch.randint(-2, 3, (128, 64), device="cuda").to(torch.bfloat16))
     assert torch.equal(ak.matmul(x, b), (x.float() @ b.float()).to(torch.bfloat16))
@@ -398,11 +373,6 @@ def gemm_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     else:
         monkeypatch.setenv("AOTKERNELS_GEMM_PATH", path)
     return path
-
-
-def _mm_ref(a: Any, b: Any, dtype: Any) -> Any:
-    """Exact for the small-integer operands used here (sums of <= 64 products <= 4)."""
-    return (a.float() @ b.float()).to(dtype)
 
 
 @gpu
@@ -434,7 +404,7 @@ def test_matmul_strides_past_2_31(gemm_path: str, which: str) -> None:
         b = big.view
     else:
         b = _values((k, n), "bfloat16", "ints")
-    ref = _mm_ref(a, b, bf)
+    ref = reference.rounded_once(reference.exact_product(a, b), bf)
     if which == "out_rows":
         big = Rows(m, n, "bfloat16", BIG, fill="nan")
         assert ak.matmul(a, b, out=big.view) is big.view
@@ -504,7 +474,7 @@ def test_matmul_more_than_65535_tile_rows(gemm_path: str) -> None:
     b = _values((k, n), "bfloat16", "ints")
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     assert ak.matmul(a, b, out=out) is out
-    assert torch.equal(out, _mm_ref(a, b, torch.bfloat16))
+    assert torch.equal(out, reference.rounded_once(reference.exact_product(a, b), torch.bfloat16))
 
 
 @gpu
@@ -519,7 +489,8 @@ def test_matmul_out_elements_past_2_31(gemm_path: str) -> None:
     b = _values((k, n), "bfloat16", "ints")
     y = ak.matmul(a, b)
     rows = torch.tensor([0, BIG // n - 1, BIG // n, BIG // n + 1, m - 1], device="cuda")
-    assert torch.equal(y[rows], _mm_ref(a[rows], b, torch.bfloat16))
+    want = reference.rounded_once(reference.exact_product(a[rows], b), torch.bfloat16)
+    assert torch.equal(y[rows], want)
 
 
 @gpu
