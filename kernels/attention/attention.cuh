@@ -39,6 +39,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ak/mma.cuh"
+
 namespace ak::attention {
 
 // ak_attention_params.flags bits (python/aotkernels/ops/attention.py sets them).
@@ -51,32 +53,15 @@ constexpr int kWriteLse = 32;
 constexpr int kSoftcap = 64;
 
 // ---------------------------------------------------------------------------------------------
-// PTX wrappers.
+// Copies (the mma.sync and ldmatrix wrappers are ak/mma.cuh's).
 // ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
 // One 16-byte chunk global -> shared; a null source writes zeros (cp.async then reads 0 bytes
 // but still wants a global address: `fallback`, the operand's base). sm_80+: cp.async, completed
 // by commit/wait groups; sm_75 has no cp.async, so the copy goes through registers and is
 // complete (for the barrier that follows) when the call returns.
 __device__ __forceinline__ void copy16(uint8_t* dst, const void* src, const void* fallback) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)),
-               "l"(src != nullptr ? src : fallback), "r"(src != nullptr ? 16 : 0));
+  cp_async_16(smem_u32(dst), src != nullptr ? src : fallback, src != nullptr ? 16 : 0);
 #else
   *reinterpret_cast<uint4*>(dst) =
       src != nullptr ? __ldg(reinterpret_cast<const uint4*>(src)) : make_uint4(0, 0, 0, 0);
@@ -85,49 +70,15 @@ __device__ __forceinline__ void copy16(uint8_t* dst, const void* src, const void
 
 __device__ __forceinline__ void copy_commit() {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
+  cp_async_commit();
 #endif
 }
 
 template <int N>
 __device__ __forceinline__ void copy_wait() {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  cp_async_wait<N>();
 #endif
-}
-
-// c += A (16 x 16, ldmatrix.x4 order) * B (16 x 8: b[0] keys/dims 0-7, b[1] 8-15).
-template <class T>
-__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    // Turing has no m16n8k16: two k8 halves.
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(b0));
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[2]), "r"(a[3]), "r"(b1));
-#else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-  } else {
-    static_assert(std::is_same_v<T, __nv_bfloat16>, "attention: f16 or bf16 operands");
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    static_assert(sizeof(T) == 0, "bf16 mma.sync needs sm_80: the build must not instantiate it");
-#else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-  }
 }
 
 template <class T>
@@ -182,6 +133,20 @@ __device__ __forceinline__ float quad_sum(float v) {
 // tanh.approx's 2^-11 relative error would reach ~1% of a probability under a softcap of 50.
 __device__ __forceinline__ float fast_tanh(float x) {
   return 1.f - __fdividef(2.f, __expf(2.f * x) + 1.f);
+}
+
+// f(score, mt, j, e) for each of a warp's scores sc[mt][j][e]: 16-row block mt, 8-key fragment
+// j, accumulator element e (row g + 8 * (e / 2), key 2 * t4 + (e & 1) of the fragment).
+template <int kMT, int kNT, class F>
+__device__ __forceinline__ void for_each_score(float (&sc)[kMT][kNT][4], F&& f) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f(sc[mt][j][e], mt, j, e);
+    }
+  }
 }
 
 // Copies rows [0, kRows) of a tile: row_src(r) is row r's first element, or null for a row
@@ -361,16 +326,16 @@ __device__ __forceinline__ void fwd(const P& p) {
         uint32_t a[kMT][4];
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          ldsm_x4(a[mt], q_addr(mt * 16, ks * 2));
+          ldmatrix_x4(a[mt], q_addr(mt * 16, ks * 2));
         }
 #pragma unroll
         for (int j = 0; j < kNT; j += 2) {
           uint32_t bk[4];
-          ldsm_x4(bk, k_addr(j * 8, ks * 2));
+          ldmatrix_x4(bk, k_addr(j * 8, ks * 2));
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
-            mma<T>(sc[mt][j], a[mt], bk[0], bk[1]);
-            mma<T>(sc[mt][j + 1], a[mt], bk[2], bk[3]);
+            mma_m16n8k16<T>(sc[mt][j], a[mt], bk[0], bk[1]);
+            mma_m16n8k16<T>(sc[mt][j + 1], a[mt], bk[2], bk[3]);
           }
         }
       }
@@ -383,43 +348,19 @@ __device__ __forceinline__ void fwd(const P& p) {
       // Scores to the log2 domain (one branch per tile, not per element: both sides cost MUFU
       // throughput, the softmax's bottleneck), then the mask where this tile crosses a bound.
       if (softcap) {
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-          for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              sc[mt][j][e] = fast_tanh(sc[mt][j][e] * p.softcap_pre) * p.scale_log2;
-            }
-          }
-        }
+        for_each_score(
+            sc, [&](float& x, int, int, int) { x = fast_tanh(x * p.softcap_pre) * p.scale_log2; });
       } else {
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-          for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) sc[mt][j][e] *= p.scale_log2;
-          }
-        }
+        for_each_score(sc, [&](float& x, int, int, int) { x *= p.scale_log2; });
       }
       const bool edge = n0 + kBN > s.sk || n0 < pos_hi + shift - p.window_left ||
                         n0 + kBN - 1 > pos_lo + shift + p.window_right;
       if (edge) {
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-          for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int64_t key = n0 + j * 8 + 2 * t4 + (e & 1);
-              const int64_t i = pos_of(m0 + wrow + mt * 16 + g + 8 * (e / 2)) + shift;
-              if (key >= s.sk || key < i - p.window_left || key > i + p.window_right) {
-                sc[mt][j][e] = -INFINITY;
-              }
-            }
-          }
-        }
+        for_each_score(sc, [&](float& x, int mt, int j, int e) {
+          const int64_t key = n0 + j * 8 + 2 * t4 + (e & 1);
+          const int64_t i = pos_of(m0 + wrow + mt * 16 + g + 8 * (e / 2)) + shift;
+          if (key >= s.sk || key < i - p.window_left || key > i + p.window_right) x = -INFINITY;
+        });
       }
       // Online softmax: new row max, rescale what was accumulated, exponentiate.
 #pragma unroll
@@ -469,11 +410,11 @@ __device__ __forceinline__ void fwd(const P& p) {
         for (int i = 0; i < kDT; i += 2) {
           if (i * 8 >= d) break;
           uint32_t bv[4];
-          ldsm_x4_trans(bv, v_addr(ks * 16, i));
+          ldmatrix_x4_trans(bv, v_addr(ks * 16, i));
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
-            mma<T>(o[mt][i], a[mt], bv[0], bv[1]);
-            mma<T>(o[mt][i + 1], a[mt], bv[2], bv[3]);
+            mma_m16n8k16<T>(o[mt][i], a[mt], bv[0], bv[1]);
+            mma_m16n8k16<T>(o[mt][i + 1], a[mt], bv[2], bv[3]);
           }
         }
       }

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ak/mma.cuh"
 #include "epilogue.cuh"
 
 namespace ak::gemm::mma_sync {
@@ -44,38 +45,9 @@ template <class T>
 using Acc = std::conditional_t<kIsInt8<T>, int32_t, float>;
 
 // ---------------------------------------------------------------------------------------------
-// PTX wrappers. Unused ones emit nothing, so an sm_75 image never sees cp.async or bf16/fp8 mma.
+// PTX wrappers (with those of ak/mma.cuh). Unused ones emit nothing, so an sm_75 image never
+// sees cp.async or bf16/fp8 mma.
 // ---------------------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// 16-byte async copy; bytes past src_bytes (0..16) are zero-filled, which is how tile edges are
-// padded without branches.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 // Two fp8 (T) in the low 16 bits of v, as two f16 (exact: f16 holds every e4m3 and e5m2 value).
 template <class T>
 __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t v) {
@@ -95,32 +67,8 @@ __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t v) {
 template <class T>
 __device__ __forceinline__ void mma_step(Acc<T> (&c)[4], const uint32_t (&a)[4],
                                          const uint32_t (&b)[2]) {
-  if constexpr (std::is_same_v<T, __half>) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    // Turing has no m16n8k16: two k8 halves.
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(b[0]));
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[2]), "r"(a[3]), "r"(b[1]));
-#else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#endif
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    static_assert(sizeof(T) == 0, "bf16 mma.sync needs sm_80: the build must not instantiate it");
-#else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#endif
+  if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+    mma_m16n8k16<T>(c, a, b[0], b[1]);
   } else if constexpr (kIsInt8<T>) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     // Turing's only s8 shape is m8n8k16 (its fragments are the quarters of the x4 layout):

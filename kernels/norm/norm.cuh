@@ -28,56 +28,34 @@
 // weight dtype. The same launch shape gives the same bits.
 #pragma once
 
-#include "ak/reduce.cuh"
+#include "ak/norms.cuh"
 
 namespace ak::norm {
 
-constexpr int kHasWeight = 1;  // ak_norm_params.flags bits
-constexpr int kHasBias = 2;
-constexpr int kGemma = 4;
+using norms::kHasBias;  // ak_norm_params.flags bits
+using norms::kHasWeight;
 
-struct rms_norm_fn {
-  static constexpr bool kAddResidual = false;
-  static constexpr bool kTwoLevel = true;
+// Stores y of the producer Y (ak/norms.cuh) over each row, kAdd: after residual = round(x +
+// residual) (the vLLM/FlashInfer convention: that rounded sum is what gets normalized).
+template <class Y, bool kAdd, bool kTwoLevel_>
+struct store_y_fn {
+  static constexpr bool kAddResidual = kAdd;
+  static constexpr bool kTwoLevel = kTwoLevel_;
   template <class Row>
   __device__ __forceinline__ void operator()(Row& r, float eps) const {
-    const float ss = rowwise::row_sum(r, [](float x) { return x * x; });
-    const float scale = rsqrtf(__fdividef(ss, r.cols()) + eps);
-    // A select, not w + 0: a -0 weight keeps the sign of its zero product.
-    const bool gemma = r.row().a.gemma();
-    r.store([=](float x, float w, float) { return x * scale * (gemma ? w + 1.f : w); });
+    r.store(Y::prepare(r, eps));
   }
 };
 
-// vLLM/FlashInfer convention: the sum is rounded to the storage dtype, written to residual, and
-// that rounded value is what gets normalized.
-struct fused_add_rms_norm_fn : rms_norm_fn {
-  static constexpr bool kAddResidual = true;
-  static constexpr bool kTwoLevel = false;  // hidden states: one row stride (as layer_norm)
-};
-
-// Two reductions: the mean, then the mean of (x - mean)^2 over the same (resident or re-read)
-// values: no E[x^2] - mean^2 cancellation. (One reduction of per-thread (count, mean, M2)
-// merged with Chan's update measured 13-15% slower on H200 at 16384 x {4096, 8192} bf16: the
-// merges cost more than the barrier they save.)
-struct layer_norm_fn {
-  static constexpr bool kAddResidual = false;
-  // One level only: the two-level offsets cost layer_norm's resident rows (two reductions and
-  // a bias) 150-300 bytes of spills, and no model normalizes heads with it.
-  static constexpr bool kTwoLevel = false;
-  template <class Row>
-  __device__ __forceinline__ void operator()(Row& r, float eps) const {
-    const float mean = __fdividef(rowwise::row_sum(r, [](float x) { return x; }), r.cols());
-    const float var = __fdividef(rowwise::row_sum(r,
-                                                  [=](float x) {
-                                                    const float d = x - mean;
-                                                    return d * d;
-                                                  }),
-                                 r.cols());
-    const float rstd = rsqrtf(var + eps);
-    r.store([=](float x, float w, float b) { return (x - mean) * rstd * w + b; });
-  }
-};
+using rms_norm_fn = store_y_fn<norms::rms_norm_y, false, true>;
+// Hidden states: one row stride (as layer_norm).
+using fused_add_rms_norm_fn = store_y_fn<norms::rms_norm_y, true, false>;
+// One level only: the two-level offsets cost layer_norm's resident rows (two reductions and a
+// bias) 150-300 bytes of spills, and no model normalizes heads with it. (One reduction of
+// per-thread (count, mean, M2) merged with Chan's update, instead of layer_norm_y's two,
+// measured 13-15% slower on H200 at 16384 x {4096, 8192} bf16: the merges cost more than the
+// barrier they save.)
+using layer_norm_fn = store_y_fn<norms::layer_norm_y, false, false>;
 
 // --- backward ----------------------------------------------------------------------------------
 
@@ -245,39 +223,14 @@ __device__ __forceinline__ void reduce_cols(const ak_norm_params& p) {
   }
 }
 
-// The row adapter of ak/reduce.cuh over this family's parameters (read in place).
-template <class T_, bool kAdd, bool kTwoLevel>
-struct Rows {
-  using T = T_;
-  static constexpr bool kRowWeight = false;
-  const ak_norm_params& p;
-  __device__ __forceinline__ T* out() const { return static_cast<T*>(p.out); }
-  __device__ __forceinline__ const T* x() const { return static_cast<const T*>(p.x); }
-  __device__ __forceinline__ T* residual() const {
-    return kAdd ? static_cast<T*>(p.residual) : nullptr;
-  }
-  __device__ __forceinline__ const T* weight() const {
-    return (p.flags & kHasWeight) ? static_cast<const T*>(p.weight) : nullptr;
-  }
-  __device__ __forceinline__ const T* bias() const {
-    return (p.flags & kHasBias) ? static_cast<const T*>(p.bias) : nullptr;
-  }
-  __device__ __forceinline__ int64_t rows() const { return p.rows; }
-  __device__ __forceinline__ int64_t cols() const { return p.hidden; }
-  __device__ __forceinline__ int64_t x_stride() const { return p.x_row_stride; }
-  __device__ __forceinline__ int64_t out_stride() const { return p.out_row_stride; }
-  __device__ __forceinline__ int64_t res_stride() const { return kAdd ? p.residual_row_stride : 0; }
-  __device__ __forceinline__ int64_t inner() const { return kTwoLevel ? p.inner : 0; }
-  __device__ __forceinline__ int64_t x_outer() const { return p.x_outer_stride; }
-  __device__ __forceinline__ int64_t out_outer() const { return p.out_outer_stride; }
-  __device__ __forceinline__ static constexpr int64_t res_outer() { return 0; }
-  __device__ __forceinline__ int64_t row_cols(int64_t) const { return p.hidden; }
-  __device__ __forceinline__ bool gemma() const { return p.flags & kGemma; }
-  // backward
-  __device__ __forceinline__ const T* dy() const { return static_cast<const T*>(p.dy); }
-  __device__ __forceinline__ int64_t dy_stride() const { return p.dy_row_stride; }
-  __device__ __forceinline__ float* ws() const { return static_cast<float*>(p.ws); }
-  __device__ __forceinline__ bool has_bias() const { return p.flags & kHasBias; }
+// The row adapter of ak/reduce.cuh over this family's parameters (read in place), with the
+// backward ops' fields.
+template <class T, bool kAdd, bool kTwoLevel>
+struct Rows : norms::ParamRows<T, ak_norm_params, T, kAdd, kTwoLevel> {
+  __device__ __forceinline__ const T* dy() const { return static_cast<const T*>(this->p.dy); }
+  __device__ __forceinline__ int64_t dy_stride() const { return this->p.dy_row_stride; }
+  __device__ __forceinline__ float* ws() const { return static_cast<float*>(this->p.ws); }
+  __device__ __forceinline__ bool has_bias() const { return this->p.flags & kHasBias; }
 };
 
 template <class Op, class = void>
@@ -290,9 +243,9 @@ __device__ __forceinline__ void run(const ak_norm_params& p) {
   if constexpr (kIsReduceCols<Op>) {
     reduce_cols<T>(p);
   } else if constexpr (kIsBackward<Op>) {
-    rowwise::run_grad<Op::template Fn>(Rows<T, false, false>{p}, p.vecs_per_thread, p.eps);
+    rowwise::run_grad<Op::template Fn>(Rows<T, false, false>{{p}}, p.vecs_per_thread, p.eps);
   } else {
-    rowwise::run<Op>(Rows<T, Op::kAddResidual, Op::kTwoLevel>{p}, p.vecs_per_thread, p.eps);
+    rowwise::run<Op>(Rows<T, Op::kAddResidual, Op::kTwoLevel>{{p}}, p.vecs_per_thread, p.eps);
   }
 }
 

@@ -15,14 +15,11 @@
 #pragma once
 
 #include "ak/activations.cuh"
-#include "ak/reduce.cuh"
+#include "ak/norms.cuh"
 
 namespace ak::quant {
 
-constexpr int kHasWeight = 1;  // ak_quant_params.flags bits
-constexpr int kHasBias = 2;
-constexpr int kGemma = 4;
-constexpr int kE5m2 = 8;
+constexpr int kE5m2 = 8;  // ak_quant_params.flags bit (weight, bias, Gemma: ak/norms.cuh's)
 
 enum Mode { kStatic = 0, kPerRow = 1, kAmax = 2, kFromAmax = 3, kZero = 4, kFinal = 5 };
 
@@ -63,15 +60,8 @@ struct quantize_y {
   }
 };
 
-struct rms_norm_y {
+struct rms_norm_y : norms::rms_norm_y {
   static constexpr bool kAddResidual = false, kRowWeight = false, kTwoLevel = false;
-  template <class Row>
-  __device__ __forceinline__ static auto prepare(Row& r, float eps) {
-    const float ss = rowwise::row_sum(r, [](float x) { return x * x; });
-    const float scale = rsqrtf(__fdividef(ss, r.cols()) + eps);
-    const bool gemma = r.row().a.gemma();
-    return [=](float x, float w, float) { return x * scale * (gemma ? w + 1.f : w); };
-  }
 };
 
 // residual = round(x + residual) is written as by the norm family; y normalizes that value.
@@ -79,20 +69,8 @@ struct fused_add_rms_norm_y : rms_norm_y {
   static constexpr bool kAddResidual = true;
 };
 
-struct layer_norm_y {
+struct layer_norm_y : norms::layer_norm_y {
   static constexpr bool kAddResidual = false, kRowWeight = false, kTwoLevel = false;
-  template <class Row>
-  __device__ __forceinline__ static auto prepare(Row& r, float eps) {
-    const float mean = __fdividef(rowwise::row_sum(r, [](float x) { return x; }), r.cols());
-    const float var = __fdividef(rowwise::row_sum(r,
-                                                  [=](float x) {
-                                                    const float d = x - mean;
-                                                    return d * d;
-                                                  }),
-                                 r.cols());
-    const float rstd = rsqrtf(var + eps);
-    return [=](float x, float w, float b) { return (x - mean) * rstd * w + b; };
-  }
 };
 
 // x is the gate half of the row; the up half (x + d, d = `hidden`) is read through the weight
@@ -152,42 +130,26 @@ struct silu_and_mul_fn : quant_fn<silu_and_mul_y<T>> {};
 template <class T>
 struct quantize_fn : quant_fn<quantize_y> {};
 
-// The row adapter of ak/reduce.cuh over this family's parameters (read in place).
-template <class T_, class Y>
-struct Rows {
-  using T = T_;
+// The row adapter of ak/reduce.cuh over this family's parameters (read in place), with the
+// scales, the fp8 format and silu_and_mul's up half as a per-row weight.
+template <class T, class Y>
+struct Rows : norms::ParamRows<T, ak_quant_params, uint8_t, Y::kAddResidual, Y::kTwoLevel> {
+  using Base = norms::ParamRows<T, ak_quant_params, uint8_t, Y::kAddResidual, Y::kTwoLevel>;
   static constexpr bool kRowWeight = Y::kRowWeight;
-  static constexpr bool kAdd = Y::kAddResidual;
-  const ak_quant_params& p;
-  __device__ __forceinline__ uint8_t* out() const { return static_cast<uint8_t*>(p.out); }
-  __device__ __forceinline__ const T* x() const { return static_cast<const T*>(p.x); }
-  __device__ __forceinline__ T* residual() const {
-    return kAdd ? static_cast<T*>(p.residual) : nullptr;
-  }
   __device__ __forceinline__ const T* weight() const {
-    if constexpr (kRowWeight) return x() + p.hidden;
-    return (p.flags & kHasWeight) ? static_cast<const T*>(p.weight) : nullptr;
+    if constexpr (kRowWeight) return this->x() + this->p.hidden;
+    return Base::weight();
   }
-  __device__ __forceinline__ const T* bias() const {
-    return (p.flags & kHasBias) ? static_cast<const T*>(p.bias) : nullptr;
-  }
-  __device__ __forceinline__ int64_t rows() const { return p.rows; }
-  __device__ __forceinline__ int64_t cols() const { return p.hidden; }
-  __device__ __forceinline__ int64_t x_stride() const { return p.x_row_stride; }
-  __device__ __forceinline__ int64_t out_stride() const { return p.out_row_stride; }
-  __device__ __forceinline__ int64_t res_stride() const { return kAdd ? p.residual_row_stride : 0; }
-  __device__ __forceinline__ int64_t inner() const { return Y::kTwoLevel ? p.inner : 0; }
-  __device__ __forceinline__ int64_t x_outer() const { return p.x_outer_stride; }
-  __device__ __forceinline__ int64_t out_outer() const { return p.out_outer_stride; }
-  __device__ __forceinline__ static constexpr int64_t res_outer() { return 0; }
+  // The 1 x group_size groups of quantize: the last group of a row may be shorter.
   __device__ __forceinline__ int64_t row_cols(int64_t lo) const {
-    return (inner() > 1 && lo == p.inner - 1) ? p.tail : p.hidden;
+    return (this->inner() > 1 && lo == this->p.inner - 1) ? this->p.tail : this->p.hidden;
   }
-  __device__ __forceinline__ bool gemma() const { return p.flags & kGemma; }
-  __device__ __forceinline__ bool e5m2() const { return p.flags & kE5m2; }
-  __device__ __forceinline__ int mode() const { return p.mode; }
-  __device__ __forceinline__ float* scale() const { return static_cast<float*>(p.scale); }
-  __device__ __forceinline__ float* scale_out() const { return static_cast<float*>(p.scale_out); }
+  __device__ __forceinline__ bool e5m2() const { return this->p.flags & kE5m2; }
+  __device__ __forceinline__ int mode() const { return this->p.mode; }
+  __device__ __forceinline__ float* scale() const { return static_cast<float*>(this->p.scale); }
+  __device__ __forceinline__ float* scale_out() const {
+    return static_cast<float*>(this->p.scale_out);
+  }
 };
 
 template <class Op, class T>
@@ -199,7 +161,7 @@ __device__ __forceinline__ void run(const ak_quant_params& p) {
     }
     return;
   }
-  rowwise::run<Op>(Rows<T, typename Op::Y>{p}, p.vecs_per_thread, p.eps);
+  rowwise::run<Op>(Rows<T, typename Op::Y>{{p}}, p.vecs_per_thread, p.eps);
 }
 
 }  // namespace ak::quant

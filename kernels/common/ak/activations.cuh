@@ -111,48 +111,56 @@ __device__ __forceinline__ float one_minus_sigmoid(float e, float s) {
 
 // sigmoid: s = 1 / (1 + e^-x), s' = s (1 - s).
 template <class T>
-__device__ __forceinline__ ValueGrad sigmoid_vg(float x) {
-  const float e = exp_<T>(-x);
-  const float s = inv_1p<T>(e);
-  return {s, s * one_minus_sigmoid(e, s)};
-}
+struct sigmoid_vg {
+  __device__ __forceinline__ ValueGrad operator()(float x) const {
+    const float e = exp_<T>(-x);
+    const float s = inv_1p<T>(e);
+    return {s, s * one_minus_sigmoid(e, s)};
+  }
+};
 
 // silu: x s, (x s)' = s (1 + x (1 - s)) (torch's silu_backward formula).
 template <class T>
-__device__ __forceinline__ ValueGrad silu_vg(float x) {
-  const float e = exp_<T>(-x);
-  const float s = inv_1p<T>(e);
-  return {x * s, s * (1.f + x * one_minus_sigmoid(e, s))};
-}
+struct silu_vg {
+  __device__ __forceinline__ ValueGrad operator()(float x) const {
+    const float e = exp_<T>(-x);
+    const float s = inv_1p<T>(e);
+    return {x * s, s * (1.f + x * one_minus_sigmoid(e, s))};
+  }
+};
 
 // Exact GELU: x Phi(x), (x Phi(x))' = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
 // f32 takes Phi from normcdff (accurate in both tails); 16-bit results take it from erfc_pos as
 // the forward does.
 template <class T>
-__device__ __forceinline__ ValueGrad gelu_vg(float x) {
-  float cdf;
-  if constexpr (kFastMath<T>) {
-    const float half_c = 0.5f * erfc_pos<T>(fabsf(x) * 0.70710678118654752f);
-    cdf = x >= 0.f ? 1.f - half_c : half_c;
-  } else {
-    cdf = normcdff(x);
+struct gelu_vg {
+  __device__ __forceinline__ ValueGrad operator()(float x) const {
+    float cdf;
+    if constexpr (kFastMath<T>) {
+      const float half_c = 0.5f * erfc_pos<T>(fabsf(x) * 0.70710678118654752f);
+      cdf = x >= 0.f ? 1.f - half_c : half_c;
+    } else {
+      cdf = normcdff(x);
+    }
+    const float pdf = 0.39894228040143268f * exp_<T>(-0.5f * x * x);
+    return {x * cdf, cdf + x * pdf};
   }
-  const float pdf = 0.39894228040143268f * exp_<T>(-0.5f * x * x);
-  return {x * cdf, cdf + x * pdf};
-}
+};
 
 // GELU tanh approximation: x s with s = sigmoid(2z), z = sqrt(2/pi) (x + 0.044715 x^3) (the
 // forward's form). (x s)' = s + x s (1 - s) * 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2), which is
 // torch's 0.5 (1 + tanh z) + 0.5 x (1 - tanh^2 z) z' rewritten with tanh z = 2s - 1.
 template <class T>
-__device__ __forceinline__ ValueGrad gelu_tanh_vg(float x) {
-  const float k2 = 1.5957691216057308f;  // 2 * sqrt(2 / pi)
-  const float x2 = x * x;
-  const float e = exp_<T>(-k2 * (x + 0.044715f * x2 * x));
-  const float s = inv_1p<T>(e);
-  const float dz2 = k2 * fmaf(0.134145f, x2, 1.f);  // d(2z)/dx; 0.134145 = 3 * 0.044715
-  return {x * s, s + x * (s * one_minus_sigmoid(e, s)) * dz2};
-}
+struct gelu_tanh_vg {
+  __device__ __forceinline__ ValueGrad operator()(float x) const {
+    const float k2 = 1.5957691216057308f;  // 2 * sqrt(2 / pi)
+    const float x2 = x * x;
+    const float e = exp_<T>(-k2 * (x + 0.044715f * x2 * x));
+    const float s = inv_1p<T>(e);
+    const float dz2 = k2 * fmaf(0.134145f, x2, 1.f);  // d(2z)/dx; 0.134145 = 3 * 0.044715
+    return {x * s, s + x * (s * one_minus_sigmoid(e, s)) * dz2};
+  }
+};
 
 // The activation family's backward ops: dx = dy * f'(x) from the forward's input x.
 template <class T>
@@ -165,36 +173,22 @@ struct relu_backward_fn {
   }
 };
 
-template <class T>
-struct sigmoid_backward_fn {
+// The backward op of an activation whose value and derivative VG gives: dx = dy * f'(x) (the
+// gated family's backward ops take both through vg).
+template <class VG>
+struct backward_fn {
   static constexpr bool kBackward = true;
-  __device__ __forceinline__ float operator()(float x, float dy) const {
-    return dy * sigmoid_vg<T>(x).d;
-  }
+  __device__ __forceinline__ ValueGrad vg(float x) const { return VG()(x); }
+  __device__ __forceinline__ float operator()(float x, float dy) const { return dy * vg(x).d; }
 };
 
 template <class T>
-struct silu_backward_fn {
-  static constexpr bool kBackward = true;
-  __device__ __forceinline__ float operator()(float x, float dy) const {
-    return dy * silu_vg<T>(x).d;
-  }
-};
-
+using sigmoid_backward_fn = backward_fn<sigmoid_vg<T>>;
 template <class T>
-struct gelu_backward_fn {
-  static constexpr bool kBackward = true;
-  __device__ __forceinline__ float operator()(float x, float dy) const {
-    return dy * gelu_vg<T>(x).d;
-  }
-};
-
+using silu_backward_fn = backward_fn<silu_vg<T>>;
 template <class T>
-struct gelu_tanh_backward_fn {
-  static constexpr bool kBackward = true;
-  __device__ __forceinline__ float operator()(float x, float dy) const {
-    return dy * gelu_tanh_vg<T>(x).d;
-  }
-};
+using gelu_backward_fn = backward_fn<gelu_vg<T>>;
+template <class T>
+using gelu_tanh_backward_fn = backward_fn<gelu_tanh_vg<T>>;
 
 }  // namespace ak

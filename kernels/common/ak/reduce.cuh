@@ -245,7 +245,7 @@ struct Packet {
   }
 };
 
-// A family passes its parameters through an adapter A (see norm.cuh, softmax.cuh, quant.cuh) with
+// A family passes its parameters through an adapter A (ak/norms.cuh, softmax.cuh) with
 //   using T = <storage type>;  O* out() (O: T, or a 1-byte fp8 output); const T* x();
 //   T* residual(); const T* weight(); const T* bias() (each may be null except out and x);
 //   int64_t rows(), cols(), x_stride(), out_stride(), res_stride() (strides in elements, may be
@@ -343,6 +343,19 @@ struct Slots {
   static constexpr int kUnits = kVec ? K : K * V;  // slots tested one by one
   int t, g;
 
+  // Elements of a chunk: K packets of each thread of the row group; of those, the ones left in a
+  // row of n elements from c0 (at most a chunk, so the count fits an int).
+  __device__ __forceinline__ int64_t chunk() const { return int64_t(K) * V * g; }
+  __device__ __forceinline__ int left(int64_t n, int64_t c0) const {
+    const int64_t r = n - c0;
+    return int(r < chunk() ? r : chunk());
+  }
+
+  // The calling thread's: thread t of a row group of g = blockDim.x.
+  __device__ __forceinline__ static Slots thread() {
+    return Slots{int(threadIdx.x), int(blockDim.x)};
+  }
+
   // Valid slots of thread t among `units` when n elements (maybe <= 0) remain from the chunk's
   // start: vector slot u holds element (u * g + t) * V, scalar slot s element s * g + t.
   template <int kCountUnits = kUnits>
@@ -431,14 +444,7 @@ struct Slots {
 #pragma unroll
     for (int h = 0; h < K; h += H) {
       P wp[H], bp[H];
-      const Map m(t, g, count);
-#pragma unroll
-      for (int u = 0; u < H; ++u) {
-        wp[u] = P::fill(1.f);
-        bp[u] = P::fill(0.f);
-        if (w) load1<true>(w, m, h + u, wp[u]);
-        if (b) load1<true>(b, m, h + u, bp[u]);
-      }
+      load_wb<H>(w, b, count, h, wp, bp);
 #pragma unroll
       for (int u = 0; u < H; ++u) {
 #pragma unroll
@@ -478,25 +484,30 @@ struct Slots {
     }
   }
 
-  // sink(f(x, weight, bias), lane) for every valid element, y in f32 (never rounded to T).
-  template <int H, class F, class G>
-  __device__ __forceinline__ void visit_y(const P (&buf)[K], const T* w, const T* b, int count, F f,
-                                          G&& sink) const {
+  // f(u, wp, bp, m) for each packet u of the chunk with its weight and bias packets, loaded H at
+  // a time (load_wb).
+  template <int H, class F>
+  __device__ __forceinline__ void each_wb(const T* w, const T* b, int count, F&& f) const {
 #pragma unroll
     for (int h = 0; h < K; h += H) {
       P wp[H], bp[H];
       load_wb<H>(w, b, count, h, wp, bp);
       const Map m(t, g, count);
 #pragma unroll
-      for (int u = 0; u < H; ++u) {
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          if (m.ok(h + u, j)) {
-            sink(f(buf[h + u].get(j), wp[u].get(j), bp[u].get(j)), j % kLanes);
-          }
-        }
-      }
+      for (int u = 0; u < H; ++u) f(h + u, wp[u], bp[u], m);
     }
+  }
+
+  // sink(f(x, weight, bias), lane) for every valid element, y in f32 (never rounded to T).
+  template <int H, class F, class G>
+  __device__ __forceinline__ void visit_y(const P (&buf)[K], const T* w, const T* b, int count, F f,
+                                          G&& sink) const {
+    each_wb<H>(w, b, count, [&](int u, const P& wp, const P& bp, const Map& m) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (m.ok(u, j)) sink(f(buf[u].get(j), wp.get(j), bp.get(j)), j % kLanes);
+      }
+    });
   }
 
   // Two-input rows (the backward ops). `w` (may be null: every weight reads 1) is the row's
@@ -524,40 +535,31 @@ struct Slots {
   template <int H, class F, class Q>
   __device__ __forceinline__ void store_q(const P (&buf)[K], const T* w, const T* b, uint8_t* out,
                                           int count, F f, const Q& q) const {
+    each_wb<H>(w, b, count, [&](int u, const P& wp, const P& bp, const Map& m) {
+      const P& x = buf[u];
+      if constexpr (kVec) {
+        if (!m.ok(u, 0)) return;
+        uint32_t word[V / 4];
 #pragma unroll
-    for (int h = 0; h < K; h += H) {
-      P wp[H], bp[H];
-      load_wb<H>(w, b, count, h, wp, bp);
-      const Map m(t, g, count);
+        for (int j = 0; j < V; j += 4) {
+          float y[4];
 #pragma unroll
-      for (int u = 0; u < H; ++u) {
-        const P& x = buf[h + u];
-        if constexpr (kVec) {
-          if (!m.ok(h + u, 0)) continue;
-          uint32_t word[V / 4];
-#pragma unroll
-          for (int j = 0; j < V; j += 4) {
-            float y[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) y[i] = f(x.get(j + i), wp[u].get(j + i), bp[u].get(j + i));
-            word[j / 4] = q.pack4(y[0], y[1], y[2], y[3]);
-          }
-          uint8_t* p = out + m.off(h + u, 0);
-          if constexpr (V == 4) {
-            *reinterpret_cast<uint32_t*>(p) = word[0];
-          } else {
-            *reinterpret_cast<uint2*>(p) = make_uint2(word[0], word[1]);
-          }
+          for (int i = 0; i < 4; ++i) y[i] = f(x.get(j + i), wp.get(j + i), bp.get(j + i));
+          word[j / 4] = q.pack4(y[0], y[1], y[2], y[3]);
+        }
+        uint8_t* p = out + m.off(u, 0);
+        if constexpr (V == 4) {
+          *reinterpret_cast<uint32_t*>(p) = word[0];
         } else {
+          *reinterpret_cast<uint2*>(p) = make_uint2(word[0], word[1]);
+        }
+      } else {
 #pragma unroll
-          for (int j = 0; j < V; ++j) {
-            if (m.ok(h + u, j)) {
-              out[m.off(h + u, j)] = q.one(f(x.get(j), wp[u].get(j), bp[u].get(j)));
-            }
-          }
+        for (int j = 0; j < V; ++j) {
+          if (m.ok(u, j)) out[m.off(u, j)] = q.one(f(x.get(j), wp.get(j), bp.get(j)));
         }
       }
-    }
+    });
   }
 
   // dst = f(x, dy, w) for every valid element, one rounding.
@@ -580,22 +582,55 @@ struct Slots {
   }
 };
 
+// What every engine shares: its row and the group reduction.
+template <class A, class S>
+class Engine {
+ public:
+  __device__ __forceinline__ float cols() const { return float(row_.a.cols()); }
+  __device__ __forceinline__ const Row<A>& row() const { return row_; }
+
+  template <class Combine, int K>
+  __device__ __forceinline__ void group(float (&v)[K]) {
+    red_.template reduce<Combine>(v);
+  }
+
+ protected:
+  __device__ __forceinline__ Engine(const Row<A>& row, GroupReducer& red) : row_(row), red_(red) {}
+
+  Row<A> row_;
+  GroupReducer& red_;
+};
+
+// Packets per chunk of a streaming engine that reads kRowsRead rows per pass: kStreamChunk
+// packets in flight per thread in the vector layout, 16 elements (each its own load and address)
+// in the scalar one, shared among the rows.
+template <class T, bool kVec, int kRowsRead>
+constexpr int kStreamPackets = (kVec ? kStreamChunk : 16 / Packet<T>::V) / kRowsRead;
+
+// Chunks of the register engine bound how many residual/weight/bias packets are live at once
+// next to the row.
+template <int N>
+constexpr int kRegChunk = N < 4 ? N : (N == 8 ? 2 : 4);
+
 // The row in registers: N packets per thread, read once, written once.
 template <class A, int N, bool kVec, bool kAdd>
-class RegRow {
+class RegRow : public Engine<A, Slots<typename A::T, kRegChunk<N>, kVec>> {
   using T = typename A::T;
-  // Chunks bound how many residual/weight/bias packets are live at once next to the row.
-  static constexpr int C = N < 4 ? N : (N == 8 ? 2 : 4);
+  static constexpr int C = kRegChunk<N>;
   static constexpr int NC = N / C;
   using P = Packet<T>;
   static constexpr int V = P::V;
   using S = Slots<T, C, kVec>;
+  using Base = Engine<A, S>;
+  using Base::row_;
   static constexpr int kChunkUnits = S::kUnits;
+  // Weight and bias packets loaded at a time: N = 8 leaves room for one of each.
+  static constexpr int H = N == 8 ? 1 : C;
 
  public:
   __device__ __forceinline__ RegRow(const Row<A>& row, int64_t n, GroupReducer& red)
-      : row_(row), red_(red) {
-    const S s = slots();
+      : Base(row, red) {
+    const S s = S::thread();
     count_ = s.template count<kChunkUnits * NC>(int(n));
     const T* x = row_.x();
     // Every x load is issued before the first use: N packets in flight per thread.
@@ -614,174 +649,134 @@ class RegRow {
     }
   }
 
-  __device__ __forceinline__ float cols() const { return float(row_.a.cols()); }
-  __device__ __forceinline__ const Row<A>& row() const { return row_; }
-
   template <class F>
   __device__ __forceinline__ void for_each(F&& f) {
-    const S s = slots();
+    const S s = S::thread();
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
-#pragma unroll
-      for (int u = 0; u < C; ++u) v_[c][u].launder();
+      launder(c);
       s.visit(v_[c], cnt(c), f);
     }
-  }
-
-  template <class Combine, int K>
-  __device__ __forceinline__ void group(float (&v)[K]) {
-    red_.template reduce<Combine>(v);
   }
 
   // out = f(x, weight, bias), one rounding.
   template <class F>
   __device__ __forceinline__ void store(F f) {
-    const S s = slots();
-    const T* w = row_.weight();
-    const T* b = row_.a.bias();
-    auto* out = row_.out();
-#pragma unroll
-    for (int c = 0; c < NC; ++c) {
-#pragma unroll
-      for (int u = 0; u < C; ++u) v_[c][u].launder();
-      const int o = c0(s, c);
-      // N = 8 leaves room for one weight and one bias packet at a time.
-      s.template apply<N == 8 ? 1 : C>(v_[c], w ? w + o : nullptr, b ? b + o : nullptr, cnt(c), f);
+    each_chunk([&](const S& s, int c, int o, const T* w, const T* b, auto* out) {
+      s.template apply<H>(v_[c], w, b, cnt(c), f);
       s.store(out + o, cnt(c), v_[c]);
-    }
+    });
   }
 
   // sink(f(x, weight, bias), lane) over the thread's elements (f32, nothing stored).
   template <class F, class G>
   __device__ __forceinline__ void for_each_y(F f, G&& sink) {
-    const S s = slots();
-    const T* w = row_.weight();
-    const T* b = row_.a.bias();
-#pragma unroll
-    for (int c = 0; c < NC; ++c) {
-#pragma unroll
-      for (int u = 0; u < C; ++u) v_[c][u].launder();
-      const int o = c0(s, c);
-      s.template visit_y<N == 8 ? 1 : C>(v_[c], w ? w + o : nullptr, b ? b + o : nullptr, cnt(c), f,
-                                         sink);
-    }
+    each_chunk([&](const S& s, int c, int, const T* w, const T* b, auto*) {
+      s.template visit_y<H>(v_[c], w, b, cnt(c), f, sink);
+    });
   }
 
   // 1-byte out = q(f(x, weight, bias)), one conversion from f32.
   template <class F, class Q>
   __device__ __forceinline__ void store_q(F f, const Q& q) {
-    const S s = slots();
-    const T* w = row_.weight();
-    const T* b = row_.a.bias();
-    uint8_t* out = row_.out();
-#pragma unroll
-    for (int c = 0; c < NC; ++c) {
-#pragma unroll
-      for (int u = 0; u < C; ++u) v_[c][u].launder();
-      const int o = c0(s, c);
-      s.template store_q<N == 8 ? 1 : C>(v_[c], w ? w + o : nullptr, b ? b + o : nullptr, out + o,
-                                         cnt(c), f, q);
-    }
+    each_chunk([&](const S& s, int c, int o, const T* w, const T* b, uint8_t* out) {
+      s.template store_q<H>(v_[c], w, b, out + o, cnt(c), f, q);
+    });
   }
 
  private:
-  __device__ __forceinline__ S slots() const { return S{int(threadIdx.x), int(blockDim.x)}; }
   __device__ __forceinline__ static int c0(const S& s, int c) { return c * C * V * s.g; }
   __device__ __forceinline__ int cnt(int c) const { return count_ - c * kChunkUnits; }
 
-  Row<A> row_;
+  // f(s, c, o, w, b, out) for each resident chunk c, laundered first, at element offset o of the
+  // row: w / b point at the chunk's weight and bias (null when absent), out at the row's output.
+  template <class F>
+  __device__ __forceinline__ void each_chunk(F&& f) {
+    const S s = S::thread();
+    const T* w = row_.weight();
+    const T* b = row_.a.bias();
+    auto* out = row_.out();
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      launder(c);
+      const int o = c0(s, c);
+      f(s, c, o, w ? w + o : nullptr, b ? b + o : nullptr, out);
+    }
+  }
+
+  // Resident chunk c anew for this pass (see rowwise::launder).
+  __device__ __forceinline__ void launder(int c) {
+#pragma unroll
+    for (int u = 0; u < C; ++u) v_[c][u].launder();
+  }
+
   int count_;  // valid slots of this thread over the whole row
-  GroupReducer& red_;
   P v_[NC][C];
 };
 
-// The row streamed from global memory on every pass, kStreamChunk packets in flight per thread.
-// With kAdd, the first pass writes residual = round(x + residual) and later passes read it back.
+// The row streamed from global memory on every pass (half the chunk with a residual, which
+// doubles the loads). With kAdd, the first pass writes residual = round(x + residual) and later
+// passes read it back.
 template <class A, int /*N: unused*/, bool kVec, bool kAdd>
-class StreamRow {
+class StreamRow
+    : public Engine<
+          A, Slots<typename A::T, kStreamPackets<typename A::T, kVec, (kAdd ? 2 : 1)>, kVec>> {
   using T = typename A::T;
   using P = Packet<T>;
-  static constexpr int V = P::V;
-  // Packets per chunk: kStreamChunk x packets in flight per thread (half that with a residual,
-  // which doubles the loads); the scalar layout keeps 16 (8 with a residual) elements in flight,
-  // each its own load and address.
-  static constexpr int C = (kVec ? kStreamChunk : 16 / V) / (kAdd ? 2 : 1);
+  static constexpr int C = kStreamPackets<T, kVec, (kAdd ? 2 : 1)>;
   using S = Slots<T, C, kVec>;
+  using Base = Engine<A, S>;
+  using Base::row_;
 
  public:
   __device__ __forceinline__ StreamRow(const Row<A>& row, int64_t n, GroupReducer& red)
-      : row_(row), n_(n), red_(red) {}
-
-  __device__ __forceinline__ float cols() const { return float(row_.a.cols()); }
-  __device__ __forceinline__ const Row<A>& row() const { return row_; }
+      : Base(row, red), n_(n) {}
 
   // One streamed pass over the row (the first also writes the residual sum, with kAdd).
   template <class F>
   __device__ __forceinline__ void for_each(F&& f) {
-    const S s = slots();
-    for (int64_t c0 = 0; c0 < n_; c0 += step(s)) {
-      P buf[C];
-      const int cnt = s.count(left(s, c0));
-      fetch(s, c0, cnt, buf);
-      s.visit(buf, cnt, f);
-    }
+    each(
+        [&](const S& s, int64_t, int cnt, auto& buf, const T*, const T*) { s.visit(buf, cnt, f); });
     first_ = false;
-  }
-
-  template <class Combine, int K>
-  __device__ __forceinline__ void group(float (&v)[K]) {
-    red_.template reduce<Combine>(v);
   }
 
   template <class F>
   __device__ __forceinline__ void store(F f) {
-    const S s = slots();
-    for (int64_t c0 = 0; c0 < n_; c0 += step(s)) {
-      P buf[C];
-      const int cnt = s.count(left(s, c0));
-      fetch(s, c0, cnt, buf);
-      const T* w = row_.weight();
-      const T* b = row_.a.bias();
-      s.apply(buf, w ? w + c0 : nullptr, b ? b + c0 : nullptr, cnt, f);
+    each([&](const S& s, int64_t c0, int cnt, auto& buf, const T* w, const T* b) {
+      s.apply(buf, w, b, cnt, f);
       s.store(row_.out() + c0, cnt, buf);
-    }
+    });
   }
 
   template <class F, class G>
   __device__ __forceinline__ void for_each_y(F f, G&& sink) {
-    const S s = slots();
-    for (int64_t c0 = 0; c0 < n_; c0 += step(s)) {
-      P buf[C];
-      const int cnt = s.count(left(s, c0));
-      fetch(s, c0, cnt, buf);
-      const T* w = row_.weight();
-      const T* b = row_.a.bias();
-      s.template visit_y<1>(buf, w ? w + c0 : nullptr, b ? b + c0 : nullptr, cnt, f, sink);
-    }
+    each([&](const S& s, int64_t, int cnt, auto& buf, const T* w, const T* b) {
+      s.template visit_y<1>(buf, w, b, cnt, f, sink);
+    });
     first_ = false;
   }
 
   template <class F, class Q>
   __device__ __forceinline__ void store_q(F f, const Q& q) {
-    const S s = slots();
-    for (int64_t c0 = 0; c0 < n_; c0 += step(s)) {
-      P buf[C];
-      const int cnt = s.count(left(s, c0));
-      fetch(s, c0, cnt, buf);
-      const T* w = row_.weight();
-      const T* b = row_.a.bias();
-      s.template store_q<1>(buf, w ? w + c0 : nullptr, b ? b + c0 : nullptr, row_.out() + c0, cnt,
-                            f, q);
-    }
+    each([&](const S& s, int64_t c0, int cnt, auto& buf, const T* w, const T* b) {
+      s.template store_q<1>(buf, w, b, row_.out() + c0, cnt, f, q);
+    });
   }
 
  private:
-  __device__ __forceinline__ S slots() const { return S{int(threadIdx.x), int(blockDim.x)}; }
-  __device__ __forceinline__ static int64_t step(const S& s) { return int64_t(C) * V * s.g; }
-  // Elements left from c0, capped at one chunk (so it fits an int).
-  __device__ __forceinline__ int left(const S& s, int64_t c0) const {
-    const int64_t r = n_ - c0;
-    return int(r < step(s) ? r : step(s));
+  // f(s, c0, cnt, buf, w, b) for each chunk: buf its x packets (x + residual with kAdd), w / b
+  // its weight and bias (null when absent).
+  template <class F>
+  __device__ __forceinline__ void each(F&& f) {
+    const S s = S::thread();
+    for (int64_t c0 = 0; c0 < n_; c0 += s.chunk()) {
+      P buf[C];
+      const int cnt = s.count(s.left(n_, c0));
+      fetch(s, c0, cnt, buf);
+      const T* w = row_.weight();
+      const T* b = row_.a.bias();
+      f(s, c0, cnt, buf, w ? w + c0 : nullptr, b ? b + c0 : nullptr);
+    }
   }
 
   __device__ __forceinline__ void fetch(const S& s, int64_t c0, int cnt, P (&buf)[C]) {
@@ -801,9 +796,7 @@ class StreamRow {
     }
   }
 
-  Row<A> row_;
   int64_t n_;
-  GroupReducer& red_;
   bool first_ = true;
 };
 
@@ -890,48 +883,43 @@ __device__ __forceinline__ bool vectorizable_grad(const A& a) {
 
 // x and dy in registers: N packets of each per thread.
 template <class A, int N, bool kVec>
-class GradRow {
+class GradRow : public Engine<A, Slots<typename A::T, N, kVec>> {
   using T = typename A::T;
   using P = Packet<T>;
   static constexpr int V = P::V;
   using S = Slots<T, N, kVec>;
+  using Base = Engine<A, S>;
+  using Base::row_;
 
  public:
   static constexpr int kSlots = N * V;  // elements a thread owns in each row
 
   __device__ __forceinline__ GradRow(const Row<A>& row, int64_t n, GroupReducer& red)
-      : row_(row), red_(red) {
-    const S s = slots();
+      : Base(row, red) {
+    const S s = S::thread();
     count_ = s.count(int(n));
     // Both rows' loads are issued before the first use: 2N packets in flight per thread.
     s.template load<true>(row_.x(), count_, x_);
     s.template load<true>(row_.dy(), count_, dy_);
   }
 
-  __device__ __forceinline__ float cols() const { return float(row_.a.cols()); }
-
   template <class F>
   __device__ __forceinline__ void for_each(F&& f) {
     launder();
-    slots().visit2(x_, dy_, row_.a.weight(), count_, f);
-  }
-
-  template <class Combine, int K>
-  __device__ __forceinline__ void group(float (&v)[K]) {
-    red_.template reduce<Combine>(v);
+    S::thread().visit2(x_, dy_, row_.a.weight(), count_, f);
   }
 
   template <class F>
   __device__ __forceinline__ void store(F f) {
     launder();
-    slots().store2(row_.out(), x_, dy_, row_.a.weight(), count_, f);
+    S::thread().store2(row_.out(), x_, dy_, row_.a.weight(), count_, f);
   }
 
   // f(k, x, dy) for each valid element, k = u * V + j its slot (a constant once unrolled).
   template <class F>
   __device__ __forceinline__ void for_each_slot(F&& f) {
     launder();
-    const S s = slots();
+    const S s = S::thread();
     const typename S::Map m(s.t, s.g, count_);
 #pragma unroll
     for (int u = 0; u < N; ++u) {
@@ -946,7 +934,7 @@ class GradRow {
   // where a packet's V elements are adjacent columns; dst is then 16-byte aligned).
   __device__ __forceinline__ static void write_cols(float* dst, int64_t cols,
                                                     const float (&v)[kSlots]) {
-    const S s{int(threadIdx.x), int(blockDim.x)};
+    const S s = S::thread();
     const typename S::Map m(s.t, s.g, s.count(int(cols)));
 #pragma unroll
     for (int u = 0; u < N; ++u) {
@@ -968,7 +956,6 @@ class GradRow {
   }
 
  private:
-  __device__ __forceinline__ S slots() const { return S{int(threadIdx.x), int(blockDim.x)}; }
   __device__ __forceinline__ void launder() {
 #pragma unroll
     for (int u = 0; u < N; ++u) {
@@ -977,73 +964,59 @@ class GradRow {
     }
   }
 
-  Row<A> row_;
   int count_;
-  GroupReducer& red_;
   P x_[N], dy_[N];
 };
 
 // Both rows streamed from global memory on every pass (rows longer than registers hold); no
 // per-column sums.
 template <class A, int /*N: unused*/, bool kVec>
-class GradStreamRow {
+class GradStreamRow
+    : public Engine<A, Slots<typename A::T, kStreamPackets<typename A::T, kVec, 2>, kVec>> {
   using T = typename A::T;
   using P = Packet<T>;
-  static constexpr int V = P::V;
-  // Half of StreamRow's chunk: two rows' packets in flight.
-  static constexpr int C = (kVec ? kStreamChunk : 16 / V) / 2;
+  static constexpr int C = kStreamPackets<T, kVec, 2>;
   using S = Slots<T, C, kVec>;
+  using Base = Engine<A, S>;
+  using Base::row_;
 
  public:
   static constexpr int kSlots = 0;
 
   __device__ __forceinline__ GradStreamRow(const Row<A>& row, int64_t n, GroupReducer& red)
-      : row_(row), n_(n), red_(red) {}
-
-  __device__ __forceinline__ float cols() const { return float(row_.a.cols()); }
+      : Base(row, red), n_(n) {}
 
   template <class F>
   __device__ __forceinline__ void for_each(F&& f) {
-    const S s = slots();
-    const T* w = row_.a.weight();
-    for (int64_t c0 = 0; c0 < n_; c0 += step(s)) {
-      P xb[C], db[C];
-      const int cnt = s.count(left(s, c0));
-      s.template load<true>(row_.x() + c0, cnt, xb);
-      s.template load<true>(row_.dy() + c0, cnt, db);
-      s.visit2(xb, db, w ? w + c0 : nullptr, cnt, f);
-    }
-  }
-
-  template <class Combine, int K>
-  __device__ __forceinline__ void group(float (&v)[K]) {
-    red_.template reduce<Combine>(v);
+    each([&](const S& s, int64_t, int cnt, const auto& xb, const auto& db, const T* w) {
+      s.visit2(xb, db, w, cnt, f);
+    });
   }
 
   template <class F>
   __device__ __forceinline__ void store(F f) {
-    const S s = slots();
-    const T* w = row_.a.weight();
-    for (int64_t c0 = 0; c0 < n_; c0 += step(s)) {
-      P xb[C], db[C];
-      const int cnt = s.count(left(s, c0));
-      s.template load<true>(row_.x() + c0, cnt, xb);
-      s.template load<true>(row_.dy() + c0, cnt, db);
-      s.store2(row_.out() + c0, xb, db, w ? w + c0 : nullptr, cnt, f);
-    }
+    each([&](const S& s, int64_t c0, int cnt, const auto& xb, const auto& db, const T* w) {
+      s.store2(row_.out() + c0, xb, db, w, cnt, f);
+    });
   }
 
  private:
-  __device__ __forceinline__ S slots() const { return S{int(threadIdx.x), int(blockDim.x)}; }
-  __device__ __forceinline__ static int64_t step(const S& s) { return int64_t(C) * V * s.g; }
-  __device__ __forceinline__ int left(const S& s, int64_t c0) const {
-    const int64_t r = n_ - c0;
-    return int(r < step(s) ? r : step(s));
+  // f(s, c0, cnt, xb, db, w) for each chunk: its x and dy packets, w its weight (null when
+  // absent).
+  template <class F>
+  __device__ __forceinline__ void each(F&& f) {
+    const S s = S::thread();
+    const T* w = row_.a.weight();
+    for (int64_t c0 = 0; c0 < n_; c0 += s.chunk()) {
+      P xb[C], db[C];
+      const int cnt = s.count(s.left(n_, c0));
+      s.template load<true>(row_.x() + c0, cnt, xb);
+      s.template load<true>(row_.dy() + c0, cnt, db);
+      f(s, c0, cnt, xb, db, w ? w + c0 : nullptr);
+    }
   }
 
-  Row<A> row_;
   int64_t n_;
-  GroupReducer& red_;
 };
 
 // The row loop of each_row for a backward op Op<kSlots>: one op object per thread lives across
