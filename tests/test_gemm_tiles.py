@@ -48,14 +48,14 @@ def _bf16(m: int, n: int, k: int, layout: str = "kn", ld_a: int | None = None,
         (4096, 4096, 4096, "kn", None, 0, "ak_matmul_bf16_wg_128x256_kn", (132, 1, 1)),
         (4096, 4096, 4096, "mk", None, 0, "ak_matmul_bf16_wg_128x256_mk", (132, 1, 1)),
         (8192, 1024, 512, "kk", None, 0, "ak_matmul_bf16_wg_128x256_kk", (132, 1, 1)),
-        (64, 4096, 4096, "mn", None, 0, "ak_matmul_bf16_wg_64x128_mn", (32, 1, 1)),  # M <= 64
+        (64, 4096, 4096, "mn", None, 0, "ak_matmul_bf16_wg_64x128_mn", (64, 1, 1)),  # 2 splits
         (512, 512, 512, "kn", None, 0, "ak_matmul_bf16_wg_64x128_kn", (32, 1, 1)),  # few tiles
         (4096, 4096, 4095, "kn", None, 0, "ak_matmul_bf16_mma_128x128", (1024, 1, 1)),  # lda odd
         (4096, 4096, 4096, "kn", 4100, 0, "ak_matmul_bf16_mma_128x128", (1024, 1, 1)),  # lda%8
         (4096, 4096, 4096, "kn", None, 2, "ak_matmul_bf16_mma_128x128", (1024, 1, 1)),  # a+2 B
         (100, 100, 64, "kn", None, 2, "ak_matmul_bf16_mma_64x64", (4, 1, 1)),
         (1000, 1000, 0, "kn", None, 0, "ak_matmul_bf16_mma_64x64", (256, 1, 1)),  # K = 0
-        (7, 4096, 4096, "mk", 8, 0, "ak_matmul_bf16_wg_64x128_mk", (32, 1, 1)),
+        (7, 4096, 4096, "mk", 8, 0, "ak_matmul_bf16_wg_64x128_mk", (64, 1, 1)),
     ],
 )
 def test_pick_sm90a(
@@ -179,20 +179,22 @@ def test_packed_matmul_params(fake_gpu: FakeGpu) -> None:
 
 
 def test_packed_tensor_maps(fake_gpu: FakeGpu) -> None:
-    """TMA descriptors as the brief fixes them: inner dim = the unit-stride dim, 128-byte boxes,
-    box_outer bm / bn for K-major operands and BK = k_bytes / itemsize otherwise."""
+    """TMA descriptors as the wgmma kernels read them: inner dim = the unit-stride dim, 128-byte
+    boxes, box_outer bm / bn for K-major operands and BK = k_bytes / itemsize otherwise."""
     m, n, k = 4096, 2048, 1024
     ak.matmul(*_bf16(m, n, k, "kn"))  # 128x256 tiles, bf16: BK = 64
-    a_map, b_map = fake_gpu.last.tmaps
+    a_map, b_map, d_map = fake_gpu.last.tmaps
     assert a_map == (128, 1, 9, k, m, 2 * k, 64, 128)
     assert b_map == (256, 2, 9, n, k, 2 * n, 64, 64)
+    assert d_map == (384, 0, 9, n, m, 2 * n, 64, 64)  # the TMA-store epilogue's 64 x 64 boxes
+    assert fake_gpu.last.fields["flags"] & 16
     ak.matmul(*_bf16(m, n, k, "mk"))
-    a_map, b_map = fake_gpu.last.tmaps
+    a_map, b_map, _ = fake_gpu.last.tmaps
     assert a_map == (128, 1, 9, m, k, 2 * m, 64, 64)
     assert b_map == (256, 2, 9, k, n, 2 * k, 64, 256)
     fa, fb = ab(m, n, k, "float8_e4m3fn", "kk")
     ak.scaled_mm(fa, fb, out_dtype="float16")
-    a_map, b_map = fake_gpu.last.tmaps
+    a_map, b_map, _ = fake_gpu.last.tmaps
     assert a_map == (128, 1, 0, k, m, k, 128, 128)
     assert b_map == (256, 2, 0, k, n, k, 128, 256)
     assert fake_gpu.last.fields["out_dtype"] == 1
@@ -382,7 +384,7 @@ def test_mixed_fp8_entries(fake_gpu: FakeGpu, target: str, da: str, db: str, sym
     _, b = ab(128, 128, 128, db, "kk")
     ak.scaled_mm(a, b, f32((1,), SA_PTR), f32((1,), SB_PTR), "bfloat16")
     assert fake_gpu.last.symbol == symbol
-    a_map, b_map = fake_gpu.last.tmaps or [(0,) * 8, (0,) * 8]
+    a_map, b_map = (fake_gpu.last.tmaps or [(0,) * 8, (0,) * 8])[:2]
     assert target != "sm_90a" or (a_map[2], b_map[2]) == (0, 0)  # fp8 moves as bytes
 
 

@@ -33,7 +33,7 @@ struct Operands<ak_mixed_t<A_, B_>> {
   using B = B_;
 };
 
-enum Flags : int { kAMMajor = 1, kBKMajor = 2, kBias = 4 };
+enum Flags : int { kAMMajor = 1, kBKMajor = 2, kBias = 4, kSplitReduce = 8, kTmaStore = 16 };
 enum OutDtype : int { kOutF32 = 0, kOutF16 = 1, kOutBF16 = 2, kOutS32 = 3 };
 enum ScaleMode : int { kScaleNone = 0, kScaleTensor = 1, kScaleVector = 2, kScaleBlock = 3 };
 constexpr int kScaleBlockK = 128;  // K extent of one block scale (DeepSeek layout)
@@ -72,6 +72,18 @@ __device__ __forceinline__ float bias_at(const ak_gemm_params& p, int64_t n) {
   }
 }
 
+// d[0] and, when `both`, d[1] from v0 / v1 rounded to the 16-bit type H (one 4-byte store when
+// aligned).
+template <class H, class H2, H (*kRound)(float), H2 (*kRound2)(float, float)>
+__device__ __forceinline__ void store2_16(H* d, bool both, float v0, float v1) {
+  if (both && (reinterpret_cast<uintptr_t>(d) & 3) == 0) {
+    *reinterpret_cast<H2*>(d) = kRound2(v0, v1);
+  } else {
+    d[0] = kRound(v0);
+    if (both) d[1] = kRound(v1);
+  }
+}
+
 // Writes d[m, n] and d[m, n + 1] (each only if inside [M, N]) from finished f32 values; d_off
 // (elements) selects the batch's matrix of d.
 __device__ __forceinline__ void store2(const ak_gemm_params& p, int64_t m, int64_t n, float v0,
@@ -80,26 +92,14 @@ __device__ __forceinline__ void store2(const ak_gemm_params& p, int64_t m, int64
   const bool both = n + 1 < p.n;
   const int64_t off = d_off + m * p.ldd + n;
   switch (p.out_dtype) {
-    case kOutF16: {
-      __half* d = static_cast<__half*>(p.d) + off;
-      if (both && (reinterpret_cast<uintptr_t>(d) & 3) == 0) {
-        *reinterpret_cast<__half2*>(d) = __floats2half2_rn(v0, v1);
-      } else {
-        d[0] = __float2half_rn(v0);
-        if (both) d[1] = __float2half_rn(v1);
-      }
+    case kOutF16:
+      store2_16<__half, __half2, __float2half_rn, __floats2half2_rn>(
+          static_cast<__half*>(p.d) + off, both, v0, v1);
       break;
-    }
-    case kOutBF16: {
-      __nv_bfloat16* d = static_cast<__nv_bfloat16*>(p.d) + off;
-      if (both && (reinterpret_cast<uintptr_t>(d) & 3) == 0) {
-        *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(v0, v1);
-      } else {
-        d[0] = __float2bfloat16_rn(v0);
-        if (both) d[1] = __float2bfloat16_rn(v1);
-      }
+    case kOutBF16:
+      store2_16<__nv_bfloat16, __nv_bfloat162, __float2bfloat16_rn, __floats2bfloat162_rn>(
+          static_cast<__nv_bfloat16*>(p.d) + off, both, v0, v1);
       break;
-    }
     default: {
       float* d = static_cast<float*>(p.d) + off;
       if (both && (reinterpret_cast<uintptr_t>(d) & 7) == 0) {
@@ -139,6 +139,41 @@ __device__ __forceinline__ void epilogue2_s32(const ak_gemm_params& p, int64_t m
   } else {
     d[0] = acc0;
     if (both) d[1] = acc1;
+  }
+}
+
+// ---- split-K ---------------------------------------------------------------------------------
+// Split s of a split-K launch leaves its raw partial sums (f32, before scales, bias and rounding;
+// fp8 block scales are applied inside the main loop) in ws[s][m][n], rows ldw = n rounded up to
+// even apart, so that each column pair is one aligned 8-byte store.
+__device__ __forceinline__ int64_t split_ld(const ak_gemm_params& p) { return (p.n + 1) & ~1ll; }
+
+// Partials (m, n), (m, n + 1) of split `split` (n even: the padding column takes v1 past N).
+__device__ __forceinline__ void store_partial2(const ak_gemm_params& p, int64_t split, int64_t m,
+                                               int64_t n, float v0, float v1) {
+  if (m >= p.m || n >= p.n) return;
+  float* ws = static_cast<float*>(p.ws) + (split * p.m + m) * split_ld(p) + n;
+  *reinterpret_cast<float2*>(ws) = make_float2(v0, v1);
+}
+
+// The launch after the splits (flags & kSplitReduce): every column pair of d is the sum of its
+// partials taken in split order 0, 1, ..., through the epilogue. The fixed order makes the
+// result bitwise repeatable (f32 addition is not associative: no atomics, no arrival order).
+__device__ __forceinline__ void reduce_splits(const ak_gemm_params& p) {
+  const int64_t ldw = split_ld(p), pairs_per_row = ldw / 2, pairs = p.m * pairs_per_row;
+  const int64_t plane = p.m * ldw;
+  const auto* ws = static_cast<const float*>(p.ws);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t m = i / pairs_per_row, n = 2 * (i - m * pairs_per_row);
+    const float2* src = reinterpret_cast<const float2*>(ws + m * ldw + n);
+    float2 sum = src[0];
+    for (int64_t s = 1; s < p.splits; ++s) {
+      const float2 v = src[s * plane / 2];
+      sum.x += v.x;
+      sum.y += v.y;
+    }
+    epilogue2(p, m, n, sum.x, sum.y);
   }
 }
 

@@ -11,10 +11,17 @@
 // waits on empty[s], the consumers on full[s] (completed by the TMA transaction bytes). The
 // consumers keep one wgmma batch in flight and release a stage once the batch reading it retired.
 // Tiles are walked persistently (tile += gridDim.x) in groups of kGroupM tile rows, so the CTAs in
-// flight share A rows and B columns in L2. The epilogue stages each warpgroup's accumulators
-// through shared memory, 32 columns at a time, and runs rows of them through the shared
-// ak::gemm::epilogue2 / epilogue2_s32 (scales, bias, conversion, bounds-checked coalesced stores);
-// the producer meanwhile prefetches the next tile's stages.
+// flight share A rows and B columns in L2. Epilogue: 16-bit outputs (the host sets kTmaStore and
+// encodes tmap_d) are scaled, biased and rounded in registers, written to a 128B-swizzled staging
+// area and stored by TMA, 64 x 64 boxes that the consumers leave in flight while they start the
+// next tile's main loop; other outputs (f32, s32, d not TMA-legal) are staged 32 columns at a
+// time and run through the shared ak::gemm::epilogue2 / epilogue2_s32 (bounds-checked coalesced
+// stores). The producer meanwhile prefetches the next tile's stages.
+//
+// Split-K (p.splits > 1, chosen by the host for few-tile problems of M <= 64): the walk covers
+// splits x tiles units, each a tile's K range [s * k_split, (s + 1) * k_split); a unit's epilogue
+// writes its raw f32 partials to the workspace, and a second launch of the same entry
+// (kSplitReduce) adds them in split order through the shared epilogue: bitwise repeatable.
 //
 // Operand layouts are compiled in (V::a_mmajor, V::b_kmajor). K-major operands use K-major
 // descriptors (one 128-byte swizzle row = the stage's whole K); M/N-major 16-bit operands keep the
@@ -80,6 +87,27 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, u
       " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(inner), "r"(outer)
       : "memory");
+}
+
+// A 2-D box of `map` at (inner, outer) from shared memory at src (bulk-group completion).
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, uint32_t src, int32_t inner,
+                                          int32_t outer) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(inner), "r"(outer)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// This thread's bulk stores have read their shared memory (kRead) or completed.
+template <bool kRead>
+__device__ __forceinline__ void bulk_wait() {
+  if constexpr (kRead) {
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+  } else {
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  }
 }
 
 // ---- wgmma ---------------------------------------------------------------------------------
@@ -228,7 +256,11 @@ struct Kernel {
   // row pitch of kChunk + 8 words puts the fragment's 8 rows x 4 lanes (8-byte stores) on
   // distinct banks.
   static constexpr int kChunk = 32, kPitch = kChunk + 8;
-  static constexpr int kEpiBytes = 64 * kPitch * 4;
+  // The TMA-store epilogue (16-bit outputs) stages 64 rows x 128 columns: two 64 x 64 boxes of
+  // the output map, 128B-swizzled like the operand boxes. One area per consumer serves both.
+  static constexpr int kOutBoxBytes = 64 * 128;
+  static constexpr int kEpiBytes =
+      64 * kPitch * 4 > 2 * kOutBoxBytes ? 64 * kPitch * 4 : 2 * kOutBoxBytes;
   // Stages, epilogue staging, then full[] and empty[] barriers; +1024 to align the base for the
   // 128B swizzle.
   static constexpr int kEpiOffset = kStages * kStageBytes;
@@ -258,6 +290,13 @@ struct Kernel {
     int64_t z;  // the batch's matrix
   };
 
+  // One unit of the persistent walk: a tile, and the K stages [kt0, kt1) of its split.
+  struct Work {
+    Tile t;
+    int32_t kt0, kt1;
+    int64_t split;
+  };
+
   // Matrix by matrix; inside one, grouped order: kGroupM tile rows are walked column by column,
   // so concurrently running CTAs cover a compact block of the output.
   static __device__ __forceinline__ Tile tile_at(int64_t tile, int64_t tiles_m, int64_t tiles_n) {
@@ -272,21 +311,36 @@ struct Kernel {
             static_cast<int32_t>(r / group_m * kBN), z};
   }
 
+  // Split-K (p.splits > 1, one matrix): unit u is split u / num_tiles of tile u % num_tiles, so
+  // the first wave runs every tile's first split. k_split is a multiple of 128 elements, so of
+  // the stage and of the fp8 scale block: no stage straddles two splits.
+  static __device__ __forceinline__ Work work_at(const ak_gemm_params& p, int64_t unit,
+                                                 int64_t num_tiles, int64_t tiles_m,
+                                                 int64_t tiles_n, int32_t k_tiles) {
+    const int64_t split = unit / num_tiles;
+    const Tile t = tile_at(unit - split * num_tiles, tiles_m, tiles_n);
+    if (p.splits <= 1) return {t, 0, k_tiles, 0};
+    const int32_t per = static_cast<int32_t>(p.k_split / kBK);
+    const int32_t kt0 = static_cast<int32_t>(split) * per;
+    return {t, kt0, min(k_tiles, kt0 + per), split};
+  }
+
   // Batches: the host folds each batched operand's matrices into its tensor map's outer
   // dimension (rows of M / N when K-major, of K when M / N-major), matrix z starting z * a_bs /
   // lda rows further on (0 rows when broadcast).
   static __device__ __forceinline__ void produce(const ak_gemm_params& p, uint32_t smem,
                                                  uint32_t full, uint32_t empty, int64_t num_tiles,
-                                                 int64_t tiles_m, int64_t tiles_n,
-                                                 int32_t k_tiles) {
+                                                 int64_t tiles_m, int64_t tiles_n, int32_t k_tiles,
+                                                 int64_t num_units) {
     const int64_t a_rows = p.a_bs ? p.a_bs / p.lda : 0, b_rows = p.b_bs ? p.b_bs / p.ldb : 0;
     int stage = 0;
     uint32_t phase = 0;
-    for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-      const Tile t = tile_at(tile, tiles_m, tiles_n);
+    for (int64_t unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
+      const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
+      const Tile& t = w.t;
       const int32_t a_off = static_cast<int32_t>(t.z * a_rows);
       const int32_t b_off = static_cast<int32_t>(t.z * b_rows);
-      for (int32_t kt = 0; kt < k_tiles; ++kt) {
+      for (int32_t kt = w.kt0; kt < w.kt1; ++kt) {
         // Parity phase ^ 1 passes at once on a fresh barrier: the ring starts empty.
         bar_wait(empty + 8 * stage, phase ^ 1);
         const uint32_t bar = full + 8 * stage;
@@ -341,8 +395,19 @@ struct Kernel {
   // reads back one row's kChunk columns and runs them through the shared epilogue, so rows leave
   // as contiguous runs. The chunk loop stays rolled (only the fragment write is per chunk): fully
   // unrolled, the epilogue's code outgrew the instruction cache and ran at half speed.
-  static __device__ __forceinline__ void store_tile(const ak_gemm_params& p, const Tile& t,
+  static __device__ __forceinline__ void store_tile(const ak_gemm_params& p, const Work& w,
                                                     int consumer, Acc (&acc)[kBN / 2], Acc* buf) {
+    const Tile& t = w.t;
+    if constexpr (!kInt8) {
+      if (p.flags & kTmaStore) {
+        if (p.out_dtype == kOutBF16) {
+          store_tile_tma<__nv_bfloat162>(p, t, consumer, acc, smem_u32(buf));
+        } else {
+          store_tile_tma<__half2>(p, t, consumer, acc, smem_u32(buf));
+        }
+        return;
+      }
+    }
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
     Acc* frag = buf + (warp * 16 + lane / 4) * kPitch + 2 * (lane % 4);
     const Acc* line = buf + (2 * warp + lane / 16) * kPitch + 2 * (lane % 16);
@@ -361,8 +426,80 @@ struct Kernel {
         }
       }
       consumer_sync(consumer);
-      store_chunk(p, row, t.n0 + c * kChunk + 2 * (lane % 16), line, d_off);
+      const int64_t col = t.n0 + c * kChunk + 2 * (lane % 16);
+      if (p.splits > 1) {
+        store_partials(p, w.split, row, col, line);
+      } else {
+        store_chunk(p, row, col, line, d_off);
+      }
       consumer_sync(consumer);  // the next chunk overwrites the staging area
+    }
+  }
+
+  // The epilogue of 16-bit outputs (the host sets kTmaStore and encodes tmap_d): each 128-column
+  // half of the warpgroup's 64 rows is scaled, biased and rounded in registers (the same
+  // expression as epilogue2, so the same bits), written to the staging area in the output map's
+  // 128B-swizzled box layout, and handed to one TMA store per 64 x 64 box. The consumers go on
+  // to the next tile's main loop while the stores drain; the staging area is only rewritten once
+  // the previous stores have read it. The map clips rows >= M and columns >= N.
+  template <class H2>
+  static __device__ __forceinline__ void store_tile_tma(const ak_gemm_params& p, const Tile& t,
+                                                        int consumer, float (&acc)[kBN / 2],
+                                                        uint32_t buf) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+    const bool leader = threadIdx.x % 128 == 0;
+    const int r0 = warp * 16 + lane / 4;  // and r0 + 8: rows in the warpgroup's 64
+    const int64_t m0 = t.m0 + consumer * 64;
+    const float sa0 = row_scale(p, min(m0 + r0, p.m - 1));
+    const float sa1 = row_scale(p, min(m0 + r0 + 8, p.m - 1));
+    // Per-column factors only with per-column scales or a bias; else col_scale is one value.
+    const bool cols = p.scale_mode_b == kScaleVector || (p.flags & kBias);
+    const float sb_all = col_scale(p, 0);
+#pragma unroll
+    for (int h = 0; h < kBN / 128; ++h) {
+      if (leader) bulk_wait<true>();
+      consumer_sync(consumer);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int c = 8 * j + 2 * (lane % 4);  // column in the half
+        const float* a4 = acc + 4 * (16 * h + j);
+        float sb0 = sb_all, sb1 = sb_all, b0 = 0.0f, b1 = 0.0f;
+        if (cols) {
+          const int64_t n = min(static_cast<int64_t>(t.n0 + 128 * h + c), p.n - 1);
+          const int64_t n1 = min(n + 1, p.n - 1);
+          sb0 = col_scale(p, n);
+          sb1 = col_scale(p, n1);
+          b0 = bias_at(p, n);
+          b1 = bias_at(p, n1);
+        }
+        H2 top, bottom;
+        if constexpr (std::is_same_v<H2, __nv_bfloat162>) {
+          top = __floats2bfloat162_rn(a4[0] * sa0 * sb0 + b0, a4[1] * sa0 * sb1 + b1);
+          bottom = __floats2bfloat162_rn(a4[2] * sa1 * sb0 + b0, a4[3] * sa1 * sb1 + b1);
+        } else {
+          top = __floats2half2_rn(a4[0] * sa0 * sb0 + b0, a4[1] * sa0 * sb1 + b1);
+          bottom = __floats2half2_rn(a4[2] * sa1 * sb0 + b0, a4[3] * sa1 * sb1 + b1);
+        }
+        // Box c / 64, row r: 128 bytes, its 16-byte chunk index XORed with r % 8.
+        const uint32_t box = buf + (c / 64) * kOutBoxBytes, byte = (c % 64) * 2;
+        const uint32_t top_at = box + r0 * 128 + (((byte / 16) ^ (r0 % 8)) * 16) + byte % 16;
+        const uint32_t bottom_at = top_at + 8 * 128;  // row r0 + 8: the same swizzle phase
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(top_at),
+                     "r"(*reinterpret_cast<uint32_t*>(&top))
+                     : "memory");
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(bottom_at),
+                     "r"(*reinterpret_cast<uint32_t*>(&bottom))
+                     : "memory");
+      }
+      // The generic-proxy writes above become visible to the TMA (async proxy) reads.
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      consumer_sync(consumer);
+      if (leader) {
+        const int32_t n0 = t.n0 + 128 * h, row = static_cast<int32_t>(m0);
+        tma_store(&p.tmap_d, buf, n0, row);
+        tma_store(&p.tmap_d, buf + kOutBoxBytes, n0 + 64, row);
+        bulk_commit();
+      }
     }
   }
 
@@ -438,6 +575,24 @@ struct Kernel {
     }
   }
 
+  // A split's raw partials of this thread's 8 rows x 2 columns of a staged chunk (the host
+  // splits no int8 problem).
+  static __device__ __forceinline__ void store_partials(const ak_gemm_params& p, int64_t split,
+                                                        int64_t row, int64_t col, const Acc* line) {
+    if constexpr (!kInt8) {
+      Pair v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = *reinterpret_cast<const Pair*>(line + 8 * i * kPitch);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) store_partial2(p, split, row + 8 * i, col, v[i].x, v[i].y);
+    }
+  }
+
+  // The TMA stores in flight read shared memory: they complete before the CTA exits.
+  static __device__ __forceinline__ void finish_stores() {
+    if (threadIdx.x % 128 == 0) bulk_wait<false>();
+  }
+
   // Barrier over one consumer warpgroup (ids 1..kConsumers; 0 is __syncthreads).
   static __device__ __forceinline__ void consumer_sync(int consumer) {
     asm volatile("bar.sync %0, 128;" ::"r"(consumer + 1) : "memory");
@@ -446,17 +601,18 @@ struct Kernel {
   static __device__ __forceinline__ void consume(const ak_gemm_params& p, uint32_t smem,
                                                  uint32_t full, uint32_t empty, Acc* buf,
                                                  int64_t num_tiles, int64_t tiles_m,
-                                                 int64_t tiles_n, int32_t k_tiles) {
+                                                 int64_t tiles_n, int32_t k_tiles,
+                                                 int64_t num_units) {
     const int consumer = threadIdx.x / 128 - 1;
     int stage = 0;
     uint32_t phase = 0;
-    for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-      const Tile t = tile_at(tile, tiles_m, tiles_n);
+    for (int64_t unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
+      const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
       Acc acc[kBN / 2];
 #pragma unroll
       for (int i = 0; i < kBN / 2; ++i) acc[i] = 0;
       int last = 0;
-      for (int32_t kt = 0; kt < k_tiles; ++kt) {
+      for (int32_t kt = w.kt0; kt < w.kt1; ++kt) {
         bar_wait(full + 8 * stage, phase);
         const uint32_t a = smem + stage * kStageBytes;
         const uint64_t da = desc_a(a, consumer), db = desc_b(a + kABytes);
@@ -471,7 +627,7 @@ struct Kernel {
         // The batch before this one has retired: its stage can be refilled.
         wgmma_wait<1>();
         fence_acc(acc);
-        if (kt > 0) release(empty, stage == 0 ? kStages - 1 : stage - 1);
+        if (kt > w.kt0) release(empty, stage == 0 ? kStages - 1 : stage - 1);
         last = stage;
         if (++stage == kStages) {
           stage = 0;
@@ -481,31 +637,30 @@ struct Kernel {
       wgmma_wait<0>();
       fence_acc(acc);
       release(empty, last);
-      store_tile(p, t, consumer, acc, buf);
+      store_tile(p, w, consumer, acc, buf);
     }
   }
 
   // fp8 with 1x128 / 128x128 block scales: per stage (= one 128-wide K block) and per 128 columns
   // (= one scale_b block), a fresh n128 partial sum is scaled into the f32 accumulators.
-  static __device__ __forceinline__ void consume_block_scaled(const ak_gemm_params& p,
-                                                              uint32_t smem, uint32_t full,
-                                                              uint32_t empty, float* buf,
-                                                              int64_t num_tiles, int64_t tiles_m,
-                                                              int64_t tiles_n, int32_t k_tiles) {
+  static __device__ __forceinline__ void consume_block_scaled(
+      const ak_gemm_params& p, uint32_t smem, uint32_t full, uint32_t empty, float* buf,
+      int64_t num_tiles, int64_t tiles_m, int64_t tiles_n, int32_t k_tiles, int64_t num_units) {
     static_assert(kBK == kScaleBlockK && kScaleBlockN == 128);
     const int consumer = threadIdx.x / 128 - 1;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
     int stage = 0;
     uint32_t phase = 0;
-    for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-      const Tile t = tile_at(tile, tiles_m, tiles_n);
+    for (int64_t unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
+      const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
+      const Tile& t = w.t;
       const int64_t row = t.m0 + consumer * 64 + warp * 16 + lane / 4;
       // Rows past M read row M - 1's scales (their results are never stored).
       const int64_t row0 = min(row, p.m - 1), row1 = min(row + 8, p.m - 1);
       float acc[kBN / 2];
 #pragma unroll
       for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.0f;
-      for (int32_t kt = 0; kt < k_tiles; ++kt) {
+      for (int32_t kt = w.kt0; kt < w.kt1; ++kt) {
         const float sa0 = block_scale_a(p, row0, kt), sa1 = block_scale_a(p, row1, kt);
         bar_wait(full + 8 * stage, phase);
         const uint32_t a = smem + stage * kStageBytes;
@@ -540,11 +695,15 @@ struct Kernel {
           phase ^= 1;
         }
       }
-      store_tile(p, t, consumer, acc, buf);
+      store_tile(p, w, consumer, acc, buf);
     }
   }
 
   static __device__ __forceinline__ void run(const ak_gemm_params& p) {
+    if (p.flags & kSplitReduce) {
+      reduce_splits(p);
+      return;
+    }
     extern __shared__ uint8_t smem_raw[];
     const uint32_t raw = smem_u32(smem_raw), smem = (raw + 1023) & ~1023u;
     const uint32_t full = smem + kBarOffset, empty = full + 8 * kStages;
@@ -559,6 +718,7 @@ struct Kernel {
     const int64_t tiles_m = (p.m + kBM - 1) / kBM, tiles_n = (p.n + kBN - 1) / kBN;
     const int64_t num_tiles = (p.batch > 1 ? p.batch : 1) * tiles_m * tiles_n;
     const int32_t k_tiles = static_cast<int32_t>((p.k + kBK - 1) / kBK);
+    const int64_t num_units = num_tiles * (p.splits > 1 ? p.splits : 1);
     if (threadIdx.x < 128) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
       if (threadIdx.x == 0) {
@@ -566,7 +726,11 @@ struct Kernel {
                      : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&p.tmap_b))
                      : "memory");
-        produce(p, smem, full, empty, num_tiles, tiles_m, tiles_n, k_tiles);
+        if (p.flags & kTmaStore) {
+          asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&p.tmap_d))
+                       : "memory");
+        }
+        produce(p, smem, full, empty, num_tiles, tiles_m, tiles_n, k_tiles, num_units);
       }
       return;
     }
@@ -575,11 +739,14 @@ struct Kernel {
                                       (threadIdx.x / 128 - 1) * kEpiBytes);
     if constexpr (kFp8) {
       if (p.scale_mode_a == kScaleBlock) {
-        consume_block_scaled(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles);
+        consume_block_scaled(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles,
+                             num_units);
+        finish_stores();
         return;
       }
     }
-    consume(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles);
+    consume(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles, num_units);
+    finish_stores();
   }
 };
 

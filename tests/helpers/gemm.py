@@ -85,8 +85,10 @@ class FakeGpu:
 
     @property
     def last(self) -> Launch:
-        assert self.launches, "no launch"
-        return self.launches[-1]
+        """The last GEMM launch (not a split-K reduction after it: flags bit 3)."""
+        main = [launch for launch in self.launches if not launch.fields["flags"] & 8]
+        assert main, "no launch"
+        return main[-1]
 
 
 def mat(

@@ -774,22 +774,37 @@ def _general(
     }
     a = Args(op, metas, attr_map, x.device)
     specs = op.shapes(a)
-    results, out_infos = _outputs(op, fw, x, lead_name, specs, out, s)
-    arrs = [
+    inputs = [
         _Array(t.name, m, infos[t.name].ptr, t.mutated, None)  # type: ignore[union-attr]
         for t, m in zip(op.inputs, metas.values(), strict=True)
         if m is not None
     ]
-    outs: dict[str, Meta] = {}
-    for o, oi in zip(op.outputs, out_infos, strict=True):
-        m = Meta(tuple(oi.shape), tuple(oi.strides), oi.dtype, _align(oi.ptr))
-        outs[o.name] = m
-        arrs.append(_Array(o.name, m, oi.ptr, True, o.inplace_of))
+
+    def arrays(outputs: Sequence[Output], out_infos: Sequence[ArrayInfo]) -> list[_Array]:
+        res = list(inputs)
+        for o, oi in zip(outputs, out_infos, strict=True):
+            m = Meta(tuple(oi.shape), tuple(oi.strides), oi.dtype, _align(oi.ptr))
+            res.append(_Array(o.name, m, oi.ptr, True, o.inplace_of))
+        return res
+
+    # The workspaces are allocated last, once the overlap rules and the launch rules have passed
+    # (a rejected call allocates nothing); fresh, they overlap nothing.
+    results, out_infos = _outputs(op, fw, x, lead_name, specs, out, s, hidden=False)
     check = out is not None or bool(op.mutates)
     if check:
-        _check_overlaps(op, arrs)
-    a = Args(op, metas, attr_map, x.device, outs)
-    prepared = _compile_launches(op, op.launch(a), x.device)
+        _check_overlaps(op, arrays(op.visible, out_infos))
+    outs = {ar.name: ar.meta for ar in arrays(op.visible, out_infos)[len(inputs) :]}
+    for o, sp in zip(op.outputs, specs, strict=True):
+        if o.hidden:  # as allocated below: contiguous, 16-byte aligned
+            outs[o.name] = Meta(sp.shape, _arrays.contiguous_strides(sp.shape), sp.dtype)
+    launches = op.launch(Args(op, metas, attr_map, x.device, outs))
+    if len(op.visible) != len(op.outputs):
+        shown = iter(zip(results, out_infos, strict=True))
+        ws = iter(zip(*_outputs(op, fw, x, lead_name, specs, out, s, hidden=True), strict=True))
+        merged = [next(ws) if o.hidden else next(shown) for o in op.outputs]
+        results, out_infos = [r for r, _ in merged], [i for _, i in merged]
+    arrs = arrays(op.outputs, out_infos)
+    prepared = _compile_launches(op, launches, x.device)
     ptrs: dict[str | None, int] = {None: 0}
     ptrs.update({ar.name: ar.ptr for ar in arrs})
     for launch, slots in prepared:
@@ -809,9 +824,17 @@ def _general(
 
 
 def _outputs(
-    op: Op, fw: Any, x: ArrayInfo, x_name: str, specs: Sequence[OutSpec], out: Any, stream: int
+    op: Op,
+    fw: Any,
+    x: ArrayInfo,
+    x_name: str,
+    specs: Sequence[OutSpec],
+    out: Any,
+    stream: int,
+    hidden: bool,
 ) -> tuple[list[Any], list[ArrayInfo]]:
-    """Allocate every output with x's framework, or check the caller's ``out=``."""
+    """Allocate the visible outputs (or the workspaces, ``hidden``) with x's framework, or
+    check the caller's ``out=``."""
     if len(specs) != len(op.outputs):
         raise AssertionError(f"{op.name}: shapes gave {len(specs)} outputs")
     visible = [i for i, o in enumerate(op.outputs) if not o.hidden]
@@ -820,6 +843,8 @@ def _outputs(
     results: list[Any] = []
     infos: list[ArrayInfo] = []
     for i, sp in enumerate(specs):
+        if op.outputs[i].hidden != hidden:
+            continue
         if out is not None and i == visible[0]:
             if not fw.mutable:
                 raise TypeError(

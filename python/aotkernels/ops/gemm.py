@@ -11,12 +11,39 @@ Tile table (``_pick``), first match wins:
 condition                                 variant
 ========================================  =====================================================
 sm_100a, AOTKERNELS_GEMM_TCGEN05=1, TMA   ``tc_128x256``
-sm_90a, TMA-legal operands, M <= 128      ``wg_64x128`` (one consumer warpgroup, more CTAs)
+sm_90a, TMA-legal operands, M <= 128      ``wg_64x128`` (one consumer warpgroup, more CTAs),
+                                          split-K by ``_split_k`` when M <= 64
 sm_90a, TMA-legal, 128x256 tiles < SMs/2  ``wg_64x128`` (fill the GPU)
 sm_90a, TMA-legal                         ``wg_128x256``
 otherwise, 128x128 tiles >= SMs           ``mma_128x128``
 otherwise                                 ``mma_64x64``
 ========================================  =====================================================
+
+Measured on an H200 (2026-11-23, every wgmma variant and split count forced in one run; TFLOP/s,
+b K-major, bf16 / fp8 e4m3 with per-tensor scales, bf16 out):
+
+=====================  =========================  =========================  ==================
+M x N x K              wg_64x128: 1 / 2 / 4 splits  wg_128x256: 1 / 2 / 4      table picks
+=====================  =========================  =========================  ==================
+bf16 16x4096x4096      25 / 28 / 28               12 / 18 / 24               64x128, 2 splits
+bf16 16x4096x14336     33 / 46 / 48               14 / 25 / 40               64x128, 4 splits
+bf16 16x14336x4096     50 / 41 / 40               39 / 39 / 35               64x128
+bf16 128x4096x4096     229 / 175 / 149            92 / 120 / 145             64x128
+bf16 128x8192x8192     411 / 280 / 238            205 / 281 / 281            64x128
+fp8 16x4096x4096       38 / 35 / 37               19 / 24 / 29               64x128
+fp8 16x4096x14336      60 / 71 / 74               25 / 42 / 61               64x128, 3 splits
+fp8 128x14336x4096     602 / 274 / 215            501 / 331 / 255            64x128
+bf16 1024x4096x4096    569                        679                        128x256
+fp8 1024x8192x8192     1164                       1432                       128x256
+bf16 1024^3            191 / 79                   106 / 82                   64x128
+bf16 2048^3            454 / 167                  570 / 238                  128x256
+=====================  =========================  =========================  ==================
+
+Split-K pays only while one row of tiles streams a long K: M <= 64, at least 32 stages of 128
+bytes of K per split (fewer lose to the f32 partials and the reduction launch: fp8 16x4096x4096
+and every M = 128 shape above ran slower split), as many splits as fill 132 CTAs (``_split_k``;
+at most 16). The choice is a function of the shape only, so it is deterministic and needs no
+tuning cache.
 
 "TMA-legal": K >= 1, M, N and K below 2**31 (TMA coordinates are 32-bit), both operands
 16-byte aligned with a row stride that is a multiple of 16 bytes (and at least the row), and
@@ -69,7 +96,8 @@ _OUT_CODES = {"f32": 0, "f16": 1, "bf16": 2, "int32": 3}
 # CUtensorMapDataType: UINT8 = 0 (fp8 and int8 move as bytes), FLOAT16 = 6, BFLOAT16 = 9.
 _TMA_TYPES = {"f16": 6, "bf16": 9, "fp8_e4m3": 0, "fp8_e5m2": 0, "int8": 0}
 _SCALE_BLOCK = 128  # DeepSeek block scales: 1 x 128 for a, 128 x 128 for b
-_FLAG_A_MMAJOR, _FLAG_B_KMAJOR, _FLAG_BIAS = 1, 2, 4
+_FLAG_A_MMAJOR, _FLAG_B_KMAJOR, _FLAG_BIAS, _FLAG_SPLIT_REDUCE, _FLAG_TMA_STORE = 1, 2, 4, 8, 16
+_OUT_BOX = 64  # the TMA-store epilogue's boxes of d: 64 x 64 elements (128 bytes of a row)
 _SCALE_NONE, _SCALE_TENSOR, _SCALE_VECTOR, _SCALE_BLOCK_MODE = 0, 1, 2, 3
 _PATHS = ("mma_sync", "wgmma", "tcgen05")
 
@@ -179,6 +207,41 @@ def _pick(
         f"{op}: no {what} GEMM kernel for {where}; {what} needs "
         "tensor cores this GPU lacks (fp8: sm_89+, bf16: sm_80+)"
     )
+
+
+# Split-K (wgmma path, tile table): the CTAs it aims to fill (an H100 / H200's SM count; the
+# workspace shape must not depend on the device, see _split_k), the fewest 128-byte K stages per
+# split, the most splits, and the most rows (one tile row of wg_64x128).
+_SPLIT_CTAS = 132
+_SPLIT_MIN_STAGES = 32
+_SPLIT_MAX = 16
+_SPLIT_MAX_M = 64
+
+
+class _Split(NamedTuple):
+    splits: int  # 1: no split-K
+    k_split: int  # K elements per split, a multiple of 128 (0 without splits)
+
+    def ws_shape(self, m: int, n: int) -> tuple[int, ...]:
+        """The f32 partials [splits, M, N rounded up to even]; (0,) without splits."""
+        return (self.splits, m, n + n % 2) if self.splits > 1 else (0,)
+
+
+def _split_k(dtype: str, m: int, n: int, k: int, batch: tuple[int, ...]) -> _Split:
+    """Split-K for one matrix of at most 64 rows (one row of ``wg_64x128`` tiles; the tile
+    table): as many splits as fill ``_SPLIT_CTAS`` CTAs, each at least ``_SPLIT_MIN_STAGES``
+    stages of 128 bytes of K. A function of the shape only (not of the GPU), so that the
+    workspace shape is known without a device (torch's fake tensors); int8 (exact s32 sums) and
+    batches do not split. Splits start on 128-element K blocks (the fp8 scale blocks)."""
+    if m > _SPLIT_MAX_M or math.prod(batch) > 1 or split_dtype(dtype)[0] == "int8" or not n:
+        return _Split(1, 0)
+    stages = math.ceil(k * ITEMSIZE[split_dtype(dtype)[0]] / 128)
+    splits = min(_SPLIT_CTAS // math.ceil(n / 128), stages // _SPLIT_MIN_STAGES, _SPLIT_MAX)
+    if m == 0 or splits < 2:
+        return _Split(1, 0)
+    blocks = math.ceil(k / _SCALE_BLOCK)
+    per = math.ceil(blocks / splits)
+    return _Split(math.ceil(blocks / per), per * _SCALE_BLOCK)
 
 
 class _Scales(NamedTuple):
@@ -399,7 +462,8 @@ def _problem(a: Args) -> _Problem:
 
 def _shapes(a: Args) -> tuple[OutSpec, ...]:
     p = _problem(a)
-    return (OutSpec((*p.batch, p.m, p.n), p.out_dtype),)
+    split = _split_k(p.entry_dtype, p.m, p.n, p.k, p.batch)
+    return (OutSpec((*p.batch, p.m, p.n), p.out_dtype), OutSpec(split.ws_shape(p.m, p.n), "f32"))
 
 
 class _Batch(NamedTuple):
@@ -514,22 +578,51 @@ def _launch(a: Args) -> list[Launch]:
                 f"{op}: a batch of at most {_MAX_GRID_YZ} matrices runs on the {pick.path} path "
                 f"(one per grid.z), got {bt.n}; split the batch"
             )
-    else:
+    split = _split_k(p.entry_dtype, p.m, p.n, k, p.batch)
+    if pick.path != "wgmma":
+        split = _Split(1, 0)  # the workspace goes unused
+    if pick.path != "mma_sync":
         tiles = bt.n * math.ceil(m / bm_tile) * math.ceil(n / bn_tile)
-        grid = (min(tiles, fam.device.sm_count), 1, 1)
+        grid = (min(tiles * split.splits, fam.device.sm_count), 1, 1)
+    # The wgmma epilogue stores 16-bit outputs through TMA where d is one TMA-legal matrix (not
+    # with split-K: the splits' partials are f32).
+    tma_store = (
+        pick.path == "wgmma"
+        and p.out_dtype in ("f16", "bf16")
+        and bt.n == 1
+        and split.splits == 1
+        and oi.align == 16
+        and (ldd * 2) % 16 == 0
+        and n <= ldd
+    )
+    flags |= _FLAG_TMA_STORE if tma_store else 0
     args = {
-        "d": "out", "a": "a", "b": "b",
+        "d": "out", "a": "a", "b": "b", "ws": "ws" if split.splits > 1 else None,
         "scale_a": "scale_a" if sc.a is not None else None,
         "scale_b": "scale_b" if sc.b is not None else None,
         "bias": "bias" if p.bias is not None else None,
         "m": m, "n": n, "k": k, "lda": la.ld, "ldb": lb.ld, "ldd": ldd,
         "sa_s0": sc.sa[0], "sa_s1": sc.sa[1], "sb_s0": sc.sb[0], "sb_s1": sc.sb[1],
         "batch": bt.n, "a_bs": bt.a, "b_bs": bt.b, "d_bs": bt.d,
+        "splits": split.splits, "k_split": split.k_split,
         "flags": flags, "out_dtype": _OUT_CODES[p.out_dtype],
         "scale_mode_a": sc.mode_a, "scale_mode_b": sc.mode_b,
     }  # fmt: skip
     maps = _tensor_maps(pick, fam, am, la, bm, lb, m, n, k, (folds[0] or 0, folds[1] or 0))
-    return [Launch(pick.symbol, grid, (int(v["threads"]),), args, int(v["smem"]), maps)]
+    if tma_store:
+        d_map = TensorMap("tmap_d", "d", _TMA_TYPES[p.out_dtype], n, m, ldd * 2, _OUT_BOX, _OUT_BOX)
+        maps = (*maps, d_map)
+    threads = int(v["threads"])
+    launches = [Launch(pick.symbol, grid, (threads,), args, int(v["smem"]), maps)]
+    if split.splits > 1:
+        # The same entry sums the partials in split order and runs the epilogue.
+        pairs = m * math.ceil(n / 2)
+        blocks = min(math.ceil(pairs / threads), fam.device.sm_count)
+        reduce = {**args, "flags": flags | _FLAG_SPLIT_REDUCE}
+        # The main launch's shared memory: a launch asking less would make the SMs re-split their
+        # L1 / shared memory between the two kernels (on every call).
+        launches.append(Launch(pick.symbol, (blocks, 1, 1), (threads,), reduce, int(v["smem"])))
+    return launches
 
 
 def _env_key() -> tuple[str | None, str | None]:
@@ -561,7 +654,7 @@ MATMUL = Op(
     family=FAMILY,
     inputs=(Tensor("a"), Tensor("b"), Tensor("bias", optional=True)),
     attrs=(Attr("out_dtype", "dtype?", None),),
-    outputs=(Output("out"),),
+    outputs=(Output("out"), Output("ws", hidden=True)),
     shapes=_shapes,
     launch=_launch,
     backward=Backward(("a", "b"), _matmul_backward),
@@ -579,7 +672,7 @@ SCALED_MM = Op(
         Tensor("bias", optional=True),
     ),
     attrs=(Attr("out_dtype", "dtype?", None),),
-    outputs=(Output("out"),),
+    outputs=(Output("out"), Output("ws", hidden=True)),
     shapes=_shapes,
     launch=_launch,
     cache_key=_env_key,

@@ -1,0 +1,212 @@
+"""Split-K of the GEMM family (sm_90a wgmma path): the split table, bitwise repeatability, and
+split results against fp64 references and against the unsplit mma.sync path.
+
+Split-K changes the order in which f32 partial sums are added (each split sums its own K range,
+then the reduction adds the splits in order 0, 1, ...), so a split result is not bit-equal to an
+unsplit one in general. It must be bit-equal to itself on every run (a fixed reduction order, no
+atomics), exact wherever every partial sum is exact (small integers), and within the f32
+accumulation bound of the fp64 reference on random inputs:
+|y - ref| <= 2**-23 |ref| + K * 2**-24 * (|a| @ |b|) for an f32 output (the unsplit path obeys the
+same bound; both are checked).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+import aotkernels as ak
+from aotkernels.ops import gemm
+
+# Shapes the table splits (M <= 64, few 64 x 128 tiles, K of at least 64 stages of 128 bytes),
+# with ragged edges: M below 64, N odd (the workspace's padding column), K not a multiple of the
+# split (a shorter last split) nor of 128 (a partial last stage).
+SPLIT_SHAPES = [(16, 4096, 4096), (16, 4096, 14336), (7, 1000, 5000), (64, 257, 8200)]
+FP8_SPLIT_SHAPES = [(16, 4096, 14336), (7, 1000, 8208)]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "m", "n", "k", "batch", "want"),
+    [
+        ("bf16", 16, 4096, 4096, (), (2, 2048)),  # 64 stages of K: 2 splits of 32
+        ("bf16", 16, 4096, 14336, (), (4, 3584)),  # 32 tiles: 4 splits fill 128 CTAs
+        ("bf16", 64, 4096, 14336, (), (4, 3584)),
+        ("bf16", 65, 4096, 14336, (), (1, 0)),  # two tile rows: splitting measured slower
+        ("bf16", 128, 4096, 4096, (), (1, 0)),
+        ("fp8_e4m3", 16, 8192, 8192, (), (2, 4096)),  # 64 tiles
+        ("fp8_e4m3", 16, 4096, 4096, (), (1, 0)),  # 32 stages of K (1-byte elements)
+        ("fp8_e4m3", 16, 4096, 14336, (), (3, 4864)),
+        ("bf16", 16, 14336, 4096, (), (1, 0)),  # 112 tiles: a wave already
+        ("bf16", 16, 4096, 2048, (), (1, 0)),  # 32 stages
+        ("bf16", 16, 256, 4100, (), (2, 2176)),  # 65 stages, the last K block partial
+        ("int8", 32, 4096, 4096, (), (1, 0)),  # exact s32 sums: never split
+        ("bf16", 16, 4096, 4096, (3,), (1, 0)),  # batches: never split
+        ("bf16", 16, 4096, 4096, (1,), (2, 2048)),
+        ("bf16", 0, 4096, 4096, (), (1, 0)),
+        ("bf16", 1, 128, 1 << 20, (), (16, 65536)),  # at most 16 splits
+    ],
+)
+def test_split_table(
+    dtype: str, m: int, n: int, k: int, batch: tuple[int, ...], want: tuple[int, int]
+) -> None:
+    split = gemm._split_k(dtype, m, n, k, batch)
+    assert (split.splits, split.k_split) == want
+    if split.splits > 1:
+        # Every split is non-empty and K-aligned to the 128-wide stage / scale block.
+        assert split.k_split % 128 == 0 and (split.splits - 1) * split.k_split < k
+        assert split.ws_shape(m, n) == (split.splits, m, n + n % 2)
+    else:
+        assert split.ws_shape(m, n) == (0,)
+
+
+# --- GPU ----------------------------------------------------------------------------------------
+
+
+def _need_sm90a() -> None:
+    import torch
+
+    if torch.cuda.get_device_capability(0) != (9, 0):
+        pytest.skip("split-K runs on the sm_90a wgmma path (H100/H200) only")
+
+
+def _gen(*key: int) -> Any:
+    import torch
+
+    return torch.Generator(device="cuda").manual_seed(hash(key) & 0x7FFFFFFF)
+
+
+def _splits(dtype: str, m: int, n: int, k: int) -> int:
+    return gemm._split_k(dtype, m, n, k, ()).splits
+
+
+def _poisoned(m: int, n: int, dtype: Any) -> Any:
+    import torch
+
+    return torch.full((m, n), float("nan"), device="cuda").to(dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "n", "k"), SPLIT_SHAPES)
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+def test_split_bitwise_repeatable(m: int, n: int, k: int, out_dtype: str) -> None:
+    """The same inputs twice give the same bits (the reduction order is fixed)."""
+    import torch
+
+    _need_sm90a()
+    assert _splits("bf16", m, n, k) > 1
+    g = _gen(m, n, k)
+    a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16)
+    odt = getattr(torch, out_dtype)
+    first = ak.matmul(a, w.t(), odt, out=_poisoned(m, n, odt))
+    for _ in range(3):
+        again = ak.matmul(a, w.t(), odt, out=_poisoned(m, n, odt))
+        assert torch.equal(first, again)
+    assert not first.isnan().any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "n", "k"), SPLIT_SHAPES)
+def test_split_exact_on_integers(m: int, n: int, k: int) -> None:
+    """Small integers: every partial sum is exact in f32, so the split result is bit-equal to
+    the exact product (with a bias)."""
+    import torch
+
+    _need_sm90a()
+    g = _gen(m, n, k, 1)
+    a = torch.randint(-3, 4, (m, k), device="cuda", generator=g).to(torch.bfloat16)
+    b = torch.randint(-3, 4, (n, k), device="cuda", generator=g).to(torch.bfloat16).t()
+    bias = torch.randint(-8, 9, (n,), device="cuda", generator=g).to(torch.float32)
+    y = ak.matmul(a, b, torch.float32, bias=bias, out=_poisoned(m, n, torch.float32))
+    ref = a.double() @ b.double() + bias.double()
+    assert torch.equal(y.double(), ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "n", "k"), SPLIT_SHAPES)
+@pytest.mark.parametrize("layout", ["kk", "kn", "mk", "mn"])
+def test_split_vs_unsplit_reference(
+    m: int, n: int, k: int, layout: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random bf16 operands in every layout, f32 out: the split result (wgmma) and the unsplit
+    one (mma.sync, forced) both within the f32 accumulation bound of the fp64 reference."""
+    import torch
+
+    _need_sm90a()
+    g = _gen(m, n, k, 2)
+    av = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+    bv = torch.randn(k, n, device="cuda", generator=g).to(torch.bfloat16)
+    a = av.t().contiguous().t() if layout[0] == "m" else av
+    b = bv.t().contiguous().t() if layout[1] == "k" else bv
+    ref = av.double() @ bv.double()
+    bound = 2**-23 * ref.abs() + k * 2**-24 * (av.double().abs() @ bv.double().abs())
+    monkeypatch.delenv("AOTKERNELS_GEMM_PATH", raising=False)
+    split = ak.matmul(a, b, torch.float32, out=_poisoned(m, n, torch.float32))
+    monkeypatch.setenv("AOTKERNELS_GEMM_PATH", "mma_sync")
+    unsplit = ak.matmul(a, b, torch.float32, out=_poisoned(m, n, torch.float32))
+    for name, y in (("split", split), ("unsplit", unsplit)):
+        worst = ((y.double() - ref).abs() - bound).max().item()
+        assert worst <= 0, f"{name}: error exceeds the bound by {worst:g}"
+    assert not torch.equal(split, torch.zeros_like(split))
+
+
+def _fp8_scales(mode: str, m: int, n: int, k: int, g: Any) -> tuple[Any, Any]:
+    import torch
+
+    if mode == "tensor":
+        return torch.full((1,), 0.5, device="cuda"), torch.full((1,), 2.0, device="cuda")
+    if mode == "rowcol":
+        return (torch.rand(m, 1, device="cuda", generator=g) + 0.5,
+                torch.rand(1, n, device="cuda", generator=g) + 0.5)  # fmt: skip
+    kb, nb = math.ceil(k / 128), math.ceil(n / 128)
+    return (torch.rand(kb, m, device="cuda", generator=g).t() + 0.5,
+            torch.rand(nb, kb, device="cuda", generator=g) + 0.5)  # fmt: skip
+
+
+def _fp8_ref(a: Any, b: Any, sa: Any, sb: Any, mode: str, bias: Any) -> tuple[Any, Any]:
+    """fp64 (a @ b) * scales + bias, and the same sum over |terms| (for the error bound)."""
+    import torch
+
+    m, k = a.shape
+    n = b.shape[1]
+    ad, bd = a.double(), b.double()
+    if mode != "block":
+        sa_d = sa.double().reshape(-1, 1) if sa.numel() > 1 else sa.double()
+        sb_d = sb.double().reshape(1, -1) if sb.numel() > 1 else sb.double()
+        return (ad @ bd) * sa_d * sb_d + bias.double(), (ad.abs() @ bd.abs()) * sa_d * sb_d
+    ref = torch.zeros(m, n, device="cuda", dtype=torch.float64)
+    mag = torch.zeros_like(ref)
+    for j in range(math.ceil(k / 128)):
+        ks = slice(j * 128, min(k, j * 128 + 128))
+        s = sa[:, j : j + 1].double() * sb[:, j].double().repeat_interleave(128)[:n]
+        ref += (ad[:, ks] @ bd[ks]) * s
+        mag += (ad[:, ks].abs() @ bd[ks].abs()) * s
+    return ref + bias.double(), mag
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["tensor", "rowcol", "block"])
+@pytest.mark.parametrize(("m", "n", "k"), FP8_SPLIT_SHAPES)
+def test_split_fp8_scales(m: int, n: int, k: int, mode: str) -> None:
+    """fp8 e4m3 with each scale mode and a bias through a split: repeatable bits, and within
+    the fp8 accumulation bound (2**-9 of the sum of |terms|, plus a bf16 ulp) of fp64."""
+    import torch
+
+    _need_sm90a()
+    assert _splits("fp8_e4m3", m, n, k) > 1
+    g = _gen(m, n, k, 3)
+    a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda", generator=g).to(torch.float8_e4m3fn).t()
+    sa, sb = _fp8_scales(mode, m, n, k, g)
+    bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
+    ys = [
+        ak.scaled_mm(a, b, sa, sb, torch.bfloat16, bias, out=_poisoned(m, n, torch.bfloat16))
+        for _ in range(2)
+    ]
+    assert torch.equal(ys[0], ys[1])
+    ref, mag = _fp8_ref(a, b, sa, sb, mode, bias)
+    err = (ys[0].double() - ref).abs()
+    worst = (err - 2**-7 * ref.abs() - 2**-9 * mag).max().item()
+    assert worst <= 0, f"error exceeds the bound by {worst:g}"
