@@ -173,6 +173,20 @@ def extract_image(data: bytes, image: FatbinImage) -> bytes:
     return pack_fatbin([entry_bytes(data, image)])
 
 
+def _lz4_length(src: bytes, i: int, nibble: int) -> tuple[int, int]:
+    """A sequence length from its token nibble: 15 continues in the bytes at ``i``, each added
+    until one is below 255. Returns (length, index after it)."""
+    length = nibble
+    if nibble == 15:
+        while True:
+            b = src[i]
+            i += 1
+            length += b
+            if b != 255:
+                break
+    return length, i
+
+
 def lz4_block_decompress(src: bytes, size: int) -> bytes:
     """Decode one raw LZ4 block (no frame) of ``size`` decoded bytes."""
     out = bytearray()
@@ -181,14 +195,7 @@ def lz4_block_decompress(src: bytes, size: int) -> bytes:
         while i < n:
             token = src[i]
             i += 1
-            lit = token >> 4
-            if lit == 15:
-                while True:
-                    b = src[i]
-                    i += 1
-                    lit += b
-                    if b != 255:
-                        break
+            lit, i = _lz4_length(src, i, token >> 4)
             if i + lit > n:
                 raise IndexError
             out += src[i : i + lit]
@@ -197,14 +204,7 @@ def lz4_block_decompress(src: bytes, size: int) -> bytes:
                 break
             off = src[i] | src[i + 1] << 8
             i += 2
-            match = token & 15
-            if match == 15:
-                while True:
-                    b = src[i]
-                    i += 1
-                    match += b
-                    if b != 255:
-                        break
+            match, i = _lz4_length(src, i, token & 15)
             match += 4
             if off == 0 or off > len(out):
                 raise FatbinError(f"LZ4: offset {off} outside the {len(out)} bytes decoded")

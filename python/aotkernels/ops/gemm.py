@@ -57,6 +57,7 @@ from ._op import (
     Tensor,
     TensorMap,
     check_dtype,
+    check_vector,
 )
 
 __all__ = ["matmul", "scaled_mm"]
@@ -387,13 +388,7 @@ def _problem(a: Args) -> _Problem:
         if odt == "int32":
             raise TypeError(f"{op}: bias is not supported with an int32 output")
         check_dtype(op, "bias", bias, (odt,))
-        if tuple(bias.shape) != (n,):
-            raise ValueError(f"{op}: bias.shape must be ({n},), got {tuple(bias.shape)}")
-        if n > 1 and bias.strides[0] != 1:
-            raise ValueError(
-                f"{op}: bias must be contiguous, got stride {bias.strides[0]}; pass a "
-                "contiguous copy"
-            )
+        check_vector(op, "bias", bias, n)
     entry = f"{am.dtype}x{bm.dtype}" if mixed else am.dtype
     return _Problem(la, lb, m, n, k, odt, sc, bias, batch, entry)
 
