@@ -149,8 +149,7 @@ def relu_backward(grad: Any, x: Any, *, out: Any = None, stream: Any = None) -> 
         relu's input. Both may be strided by rows (last dimension contiguous).
     out : CUDA array, optional
         Result buffer of x's shape and dtype; may be grad itself (in place).
-    stream : int or stream object, optional
-        Defaults to the current stream of x's framework.
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Returns
     -------

@@ -138,8 +138,7 @@ def silu_and_mul_backward(grad: Any, x: Any, *, out: Any = None, stream: Any = N
         silu_and_mul's input. Both may be strided by rows (last dimension contiguous).
     out : CUDA array, optional
         Result buffer of x's shape and dtype; may be x itself (in place).
-    stream : int or stream object, optional
-        Defaults to the current stream of x's framework.
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Returns
     -------

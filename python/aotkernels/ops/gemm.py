@@ -610,8 +610,7 @@ def matmul(
     out : CUDA array [*batch, M, N], optional
         Each matrix row-major (unit stride along N; any row and batch strides); must not
         overlap a, b or bias.
-    stream : int or stream object, optional
-        Defaults to the current stream of a's framework.
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Any M, N, K (K = 0 gives zeros, plus bias). Operands that are not 16-byte aligned or whose
     row stride is not a multiple of 16 bytes run the slower mma.sync path on Hopper, as do

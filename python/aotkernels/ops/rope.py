@@ -187,8 +187,7 @@ def rope(
         even and at most head_dim; last dimension contiguous, any row stride.
     is_neox : bool
         NeoX layout (default) or GPT-J layout.
-    stream : int or stream object, optional
-        Defaults to the current stream of q's framework.
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Returns
     -------

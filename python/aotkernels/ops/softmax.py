@@ -99,8 +99,7 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None, stream: Any = None) -> An
         ``NotImplementedError``.
     out : CUDA array, optional
         Result buffer of x's shape and dtype; may be x itself (in place).
-    stream : int or stream object, optional
-        Defaults to the current stream of x's framework.
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Returns
     -------
@@ -125,8 +124,7 @@ def softmax_backward(
         Must name the last dimension, as for :func:`softmax`.
     out : CUDA array, optional
         Result buffer of y's shape and dtype; may be grad itself (in place).
-    stream : int or stream object, optional
-        Defaults to the current stream of y's framework.
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Returns
     -------
