@@ -146,24 +146,24 @@ def test_padded_head_dims_accepted(no_launch: None, d: int) -> None:
         ak.attention(*qkv(d=d))
 
 
-def test_rejects_noncontiguous_last_dim(no_launch: None) -> None:
-    q, k, v = qkv()
-    bad = F(v.shape, strides=(40 * 2 * 128, 2 * 128, 128, 2), ptr=v.ptr)
-    with pytest.raises(ValueError, match=r"attention: v must have a contiguous last dimension"):
-        ak.attention(q, k, bad)
-
-
-def test_rejects_misaligned_pointer(no_launch: None) -> None:
-    q, k, v = qkv()
-    with pytest.raises(ValueError, match=r"attention: q must be 16-byte aligned"):
-        ak.attention(F(q.shape, ptr=q.ptr + 2), k, v)
-
-
-def test_rejects_misaligned_stride(no_launch: None) -> None:
-    q, k, v = qkv()
-    bad = F(q.shape, strides=(33 * 8 * 68, 8 * 68, 68, 1), ptr=q.ptr)
-    with pytest.raises(ValueError, match=r"attention: q must be 16-byte aligned with strides"):
-        ak.attention(bad, k, v)
+@pytest.mark.parametrize(
+    ("i", "strides", "offset", "message"),
+    [
+        (2, (40 * 2 * 128, 2 * 128, 128, 2), 0, r"v must have a contiguous last dimension"),
+        (0, None, 2, r"q must be 16-byte aligned"),
+        (0, (33 * 8 * 68, 8 * 68, 68, 1), 0, r"q must be 16-byte aligned with strides"),
+    ],
+    ids=["noncontiguous_last_dim", "misaligned_pointer", "misaligned_stride"],
+)
+def test_rejects_bad_layout(
+    no_launch: None, i: int, strides: tuple[int, ...] | None, offset: int, message: str
+) -> None:
+    """Input ``i`` of q, k, v replaced by a view of its memory with ``strides`` (None:
+    contiguous), ``offset`` bytes further on."""
+    arrays = list(qkv())
+    arrays[i] = F(arrays[i].shape, strides=strides, ptr=arrays[i].ptr + offset)
+    with pytest.raises(ValueError, match=rf"attention: {message}"):
+        ak.attention(*arrays)
 
 
 def test_strided_and_broadcast_inputs_accepted(no_launch: None) -> None:

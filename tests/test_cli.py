@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,21 +15,9 @@ from aotkernels._doctor import ptx_note
 from aotkernels.cli import main
 from aotkernels.manifest import load_manifest
 from helpers import variant
-from helpers.builds import clean_env
+from helpers.builds import clean_env, run, run_cli
 
 FAMILIES = ("activation", "gated")
-
-
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "aotkernels.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=clean_env(),
-        timeout=120,
-        check=False,
-    )
 
 
 def run_json(*args: str, cwd: Path) -> dict[str, Any]:
@@ -332,15 +319,7 @@ def test_console_script(tmp_path: Path) -> None:
     exe = shutil.which("aotkernels")
     if exe is None:
         pytest.skip("the aotkernels console script is not on PATH")
-    r = subprocess.run(
-        [exe, "matrix", "--json"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=clean_env(),
-        timeout=120,
-        check=False,
-    )
+    r = run([exe, "matrix", "--json"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert set(FAMILIES) <= set(json.loads(r.stdout)["families"])
 
@@ -361,14 +340,11 @@ print(json.dumps({"seconds": dt, "heavy": heavy, "driver": device._driver is Non
 
 
 def test_import_does_no_cuda_work(tmp_path: Path, installed_kernels: Path) -> None:
-    r = subprocess.run(
+    r = run(
         [sys.executable, "-c", _IMPORT_PROBE],
-        capture_output=True,
-        text=True,
         cwd=tmp_path,
-        timeout=60,
-        check=False,
         env=clean_env(CUDA_VISIBLE_DEVICES=""),
+        timeout=60,
     )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)

@@ -87,9 +87,7 @@ def test_weight_shape_positive_control(op: str) -> None:
 
 
 def test_rejects_strided_weight_and_other_device() -> None:
-    with pytest.raises(
-        ValueError, match=r"rms_norm: weight must be contiguous \(stride 1\), got stride 2"
-    ):
+    with pytest.raises(ValueError, match=r"rms_norm: weight must be contiguous, got stride 2"):
         rms_norm(_x(), _w(strides=(2,)))
     with pytest.raises(
         ValueError, match=r"rms_norm: weight must be on the same device as x \(cuda:0\), got cuda:1"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from helpers.builds import clean_env
+from helpers.builds import clean_env, run
 
 pytestmark = pytest.mark.slow
 
@@ -57,15 +57,7 @@ def test_readme_install_without_nvcc(tmp_path: Path) -> None:
     env.pop("PYTHONPATH", None)
     line = (ROOT / "README.md").read_text().splitlines()[1]
     assert line.startswith("pip install"), line
-    r = subprocess.run(
-        ["bash", "-c", line],
-        cwd=src,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
+    r = run(["bash", "-c", line], cwd=src, env=env, timeout=1800)
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
     assert "activation" in r.stdout and "ok" in r.stdout  # inspect's manifest check
     r = subprocess.run(

@@ -26,7 +26,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from conftest import ROOT
-from helpers.builds import clean_env, pip_wheel
+from helpers.builds import clean_env, pip_wheel, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -145,15 +145,7 @@ def test_entry_point(wheel: Path, names: list[str]) -> None:
 
 
 def test_inspect_wheel(wheel: Path, wheel_families: list[str], plan: Any, tmp_path: Path) -> None:
-    r = subprocess.run(
-        [sys.executable, "-m", "aotkernels.cli", "inspect", str(wheel), "--json"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=clean_env(),
-        timeout=120,
-        check=False,
-    )
+    r = run_cli("inspect", str(wheel), "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     data = json.loads(r.stdout)
     assert sorted(data["families"]) == sorted(wheel_families)
@@ -209,25 +201,7 @@ def test_extensions_do_not_link_cuda(unpacked: Path, module: str) -> None:
 
 def _doctor(unpacked: Path, tmp_path: Path, arch: str) -> dict[str, Any]:
     env = clean_env(PYTHONPATH=str(unpacked), CUDA_VISIBLE_DEVICES="")
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "aotkernels.cli",
-            "doctor",
-            "--arch",
-            arch,
-            "--driver",
-            "13.0",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    r = run_cli("doctor", "--arch", arch, "--driver", "13.0", "--json", cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["package"]["archs"] == ARCHS  # the unpacked wheel, not the installed package

@@ -18,6 +18,7 @@ import importlib.util
 import os
 import shutil
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,29 +95,34 @@ def _use_pypi_nvcc() -> None:
     )
 
 
-def get_requires_for_build_wheel(config_settings: dict[str, Any] | None = None) -> list[str]:
-    reqs = list(_skbuild.get_requires_for_build_wheel(config_settings))
-    return reqs + (pypi_nvcc_requirements() if local_nvcc() is None else [])
+def _requires_hook(
+    skbuild_hook: Callable[[dict[str, Any] | None], Sequence[str]],
+) -> Callable[[dict[str, Any] | None], list[str]]:
+    """scikit-build-core's requirements hook, plus the PyPI compiler set where no nvcc is found."""
+
+    def hook(config_settings: dict[str, Any] | None = None) -> list[str]:
+        reqs = list(skbuild_hook(config_settings))
+        return reqs + (pypi_nvcc_requirements() if local_nvcc() is None else [])
+
+    return hook
 
 
-def get_requires_for_build_editable(config_settings: dict[str, Any] | None = None) -> list[str]:
-    reqs = list(_skbuild.get_requires_for_build_editable(config_settings))
-    return reqs + (pypi_nvcc_requirements() if local_nvcc() is None else [])
+def _build_hook(skbuild_hook: Callable[..., Any]) -> Callable[..., str]:
+    """scikit-build-core's build hook (wheel or editable), with CMake pointed at the PyPI
+    compiler set where no nvcc is found."""
+
+    def hook(
+        wheel_directory: str,
+        config_settings: dict[str, Any] | None = None,
+        metadata_directory: str | None = None,
+    ) -> str:
+        _use_pypi_nvcc()
+        return str(skbuild_hook(wheel_directory, config_settings, metadata_directory))
+
+    return hook
 
 
-def build_wheel(
-    wheel_directory: str,
-    config_settings: dict[str, Any] | None = None,
-    metadata_directory: str | None = None,
-) -> str:
-    _use_pypi_nvcc()
-    return str(_skbuild.build_wheel(wheel_directory, config_settings, metadata_directory))
-
-
-def build_editable(
-    wheel_directory: str,
-    config_settings: dict[str, Any] | None = None,
-    metadata_directory: str | None = None,
-) -> str:
-    _use_pypi_nvcc()
-    return str(_skbuild.build_editable(wheel_directory, config_settings, metadata_directory))
+get_requires_for_build_wheel = _requires_hook(_skbuild.get_requires_for_build_wheel)
+get_requires_for_build_editable = _requires_hook(_skbuild.get_requires_for_build_editable)
+build_wheel = _build_hook(_skbuild.build_wheel)
+build_editable = _build_hook(_skbuild.build_editable)

@@ -313,14 +313,25 @@ PTXAS_FLAGS     +=
 """
 
 
-def _install_12_debian(prefix: Path, keep: bool) -> list[dict[str, str]]:
-    arch = _machine()
-    base = os.environ.get(DEBIAN_ENV) or DEBIAN_URL
-    base = base if base.endswith("/") else base + "/"
+def _base_url(env: str, default: str) -> str:
+    """The download base: ``$env`` if set, else ``default``; with a trailing slash."""
+    base = os.environ.get(env) or default
+    return base if base.endswith("/") else base + "/"
+
+
+def _empty_root(prefix: Path) -> Path:
+    """CUDA 12's root under ``prefix``, created empty: an install never mixes with an old one."""
     root = cuda_root(12, prefix)
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
+    return root
+
+
+def _install_12_debian(prefix: Path, keep: bool) -> list[dict[str, str]]:
+    arch = _machine()
+    base = _base_url(DEBIAN_ENV, DEBIAN_URL)
+    root = _empty_root(prefix)
     downloads = prefix / "debs"
     downloads.mkdir(exist_ok=True)
     place = _debian_place("x86_64-linux-gnu" if arch == "x86_64" else "aarch64-linux-gnu")
@@ -353,12 +364,8 @@ def _sha256(path: Path) -> str:
 
 def _install_12_nvidia(prefix: Path) -> list[dict[str, str]]:
     plat = "linux-x86_64" if _machine() == "x86_64" else "linux-sbsa"
-    base = os.environ.get(REDIST_ENV) or REDIST_URL
-    base = base if base.endswith("/") else base + "/"
-    root = cuda_root(12, prefix)
-    if root.exists():
-        shutil.rmtree(root)
-    root.mkdir(parents=True)
+    base = _base_url(REDIST_ENV, REDIST_URL)
+    root = _empty_root(prefix)
     files = []
     with tempfile.TemporaryDirectory() as tmp:
         index_file = Path(tmp) / "redistrib.json"

@@ -8,37 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import ops
 from ._frontends import install as _install_frontends
 from .errors import AotKernelsError, DriverTooOldError, NoKernelImageError
 from .loader import preload
-from .ops import (
-    attention,
-    attention_decode,
-    attention_varlen,
-    fused_add_rms_norm,
-    gelu,
-    gelu_and_mul,
-    gelu_and_mul_backward,
-    gelu_backward,
-    layer_norm,
-    layer_norm_backward,
-    matmul,
-    quantize_fp8,
-    relu,
-    relu_backward,
-    rms_norm,
-    rms_norm_backward,
-    rope,
-    scaled_mm,
-    sigmoid,
-    sigmoid_backward,
-    silu,
-    silu_and_mul,
-    silu_and_mul_backward,
-    silu_backward,
-    softmax,
-    softmax_backward,
-)
+from .ops import *  # noqa: F403 (the ops are re-exported: ops.__all__ names them)
 
 __version__ = "0.1.0"
 
@@ -47,36 +21,11 @@ __all__ = [
     "DriverTooOldError",
     "NoKernelImageError",
     "__version__",
-    "attention",
-    "attention_decode",
-    "attention_varlen",
     "doctor",
-    "fused_add_rms_norm",
-    "gelu",
-    "gelu_backward",
-    "gelu_and_mul",
-    "gelu_and_mul_backward",
-    "layer_norm",
-    "layer_norm_backward",
-    "matmul",
-    "quantize_fp8",
     "matrix",
     "preload",
-    "relu",
-    "relu_backward",
-    "rms_norm",
-    "rms_norm_backward",
-    "rope",
-    "scaled_mm",
-    "sigmoid",
-    "sigmoid_backward",
-    "silu",
-    "silu_backward",
-    "silu_and_mul",
-    "silu_and_mul_backward",
-    "softmax",
-    "softmax_backward",
 ]
+__all__ += ops.__all__
 
 
 _install_frontends()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,28 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def run(
+    cmd: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """``cmd`` with its output captured as text, in ``env`` (default: ``clean_env()``); the
+    caller checks the return code."""
+    env = clean_env() if env is None else env
+    return subprocess.run(
+        list(cmd), capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout, check=False
+    )
+
+
+def run_cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m aotkernels.cli *args`` (see ``run``)."""
+    return run([sys.executable, "-m", "aotkernels.cli", *args], cwd=cwd, env=env)
+
+
 def pip_wheel(src: Path, out: Path, build_dir: Path, env: dict[str, str], label: str) -> Path:
     """``pip wheel src`` (no isolation, private build dir) into ``out``; the wheel's path.
 
@@ -30,7 +53,7 @@ def pip_wheel(src: Path, out: Path, build_dir: Path, env: dict[str, str], label:
         "-w", str(out), "-C", f"build-dir={build_dir}",
     ]  # fmt: skip
     try:
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800, check=False)
+        r = run(cmd, env=env, timeout=1800)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"wheel build ({label}) exceeded {e.timeout} s")
     if r.returncode != 0:

@@ -1,4 +1,10 @@
-"""The ops, one module per kernel family; the public names are re-exported by ``aotkernels``."""
+"""The ops, one module per kernel family; the public names are re-exported by ``aotkernels``.
+
+Every op takes the keyword ``stream``, the stream its kernels are launched on: an int (a
+``CUstream`` handle) or a stream object (one with ``__cuda_stream__``, or torch's and CuPy's).
+By default, the current stream of the first array's framework for torch and CuPy arrays, else
+the legacy default stream.
+"""
 
 from __future__ import annotations
 

@@ -39,12 +39,12 @@ dweight / dbias come out bitwise the same on every GPU for the same shapes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from ..arrays import ITEMSIZE
-from ._elementwise import elementwise_config
+from ._elementwise import check_approximate, elementwise_config
 from ._op import (
+    REGISTRY,
     Args,
     Backward,
     BackwardCtx,
@@ -55,7 +55,14 @@ from ._op import (
     row_layout,
     rows_view,
 )
-from ._rowwise import MAX_GROUP, STREAM_GROUP, _group, same_dtype, vectorizable
+from ._rowwise import (
+    MAX_GROUP,
+    _group,
+    check_last_dim,
+    resident_layout,
+    same_dtype,
+    vectorizable,
+)
 
 __all__ = [
     "DTYPES",
@@ -67,6 +74,7 @@ __all__ = [
     "elementwise_backward_shapes",
     "gated_backward_launch",
     "gated_backward_shapes",
+    "grad_of_x",
     "norm_backward_config",
     "norm_backward_launch",
     "norm_max_hidden",
@@ -106,13 +114,14 @@ def as_rows(t: Any) -> Any:
     return t
 
 
-def grad_of_x(backwards: Mapping[str, Any], name: str) -> Backward:
-    """x's gradient through ``backwards[name](grad, x, **attrs)``, looked up when autograd
-    runs it (the family module defines its backward functions after the forward ops); grad is
-    viewed as rows, since autograd may hand over a broadcast one."""
+def grad_of_x(name: str) -> Backward:
+    """x's gradient through the op ``<name>_backward(grad, x, **attrs)``, looked up when
+    autograd runs it (the family module declares it after the forward op); grad is viewed as
+    rows, since autograd may hand over a broadcast one."""
 
     def fn(ctx: BackwardCtx, grads: tuple[Any, ...]) -> dict[str, Any]:
-        return {"x": backwards[name](as_rows(grads[0]), ctx.saved["x"], **ctx.attrs)}
+        backward = REGISTRY[f"{name}_backward"]
+        return {"x": backward(as_rows(grads[0]), ctx.saved["x"], **ctx.attrs)}
 
     return Backward(saved=("x",), fn=fn)
 
@@ -142,6 +151,7 @@ def _grad_and(a: Args, name: str, grad_shape: tuple[int, ...] | None = None) -> 
 
 def elementwise_backward_shapes(a: Args) -> tuple[OutSpec, ...]:
     """relu/gelu/silu/sigmoid backward: grad and x of one shape and dtype -> out like x."""
+    check_approximate(a)
     x = _grad_and(a, "x")
     return (OutSpec(tuple(x.shape), x.dtype),)
 
@@ -169,6 +179,7 @@ def elementwise_backward_launch(a: Args, kernel: str) -> list[Launch]:
 
 def gated_backward_shapes(a: Args) -> tuple[OutSpec, ...]:
     """*_and_mul backward: x [..., 2d] and grad [..., d] -> out = dx [..., 2d]."""
+    check_approximate(a)
     x = a.need("x")
     if not x.shape or x.shape[-1] % 2:
         raise ValueError(
@@ -199,21 +210,9 @@ def gated_backward_launch(a: Args, kernel: str) -> list[Launch]:
 def softmax_backward_config(
     rows: int, cols: int, itemsize: int, sm_count: int, vectorized: bool
 ) -> RowConfig:
-    v = 16 // itemsize
-    nvec = -(-cols // v)
-    if vectorized:
-        if nvec <= 32:
-            n, g = 1, _group(nvec)
-        elif nvec <= 64:
-            n, g = 2, 32
-        elif nvec <= 4 * MAX_GROUP:
-            n, g = 4, _group(-(-nvec // 4))
-        else:
-            n, g = 0, STREAM_GROUP
-    elif -(-cols // (4 * v)) <= MAX_GROUP:
-        n, g = 4, _group(-(-cols // (4 * v)))
-    else:
-        n, g = 0, STREAM_GROUP
+    nvec = -(-cols // (16 // itemsize))
+    tiers = ((32, 1), (64, 2), (4 * MAX_GROUP, 4)) if vectorized else ((4 * MAX_GROUP, 4),)
+    n, g = resident_layout(nvec, tiers)
     r = max(1, BLOCK_THREADS // g)
     blocks = min(-(-rows // r), sm_count * 32, 2**31 - 1)
     return RowConfig((max(1, blocks), 1), (g, r), n)
@@ -222,15 +221,7 @@ def softmax_backward_config(
 def softmax_backward_shapes(a: Args) -> tuple[OutSpec, ...]:
     """softmax backward over the last dim: grad and y (the forward's output) -> out like y."""
     y = _grad_and(a, "y")
-    nd = max(len(y.shape), 1)
-    dim = a.attr("dim")
-    if not -nd <= dim < nd:
-        raise ValueError(f"{a.op}: dim must be in [{-nd}, {nd - 1}] for shape {y.shape}, got {dim}")
-    if dim % nd != nd - 1:
-        raise NotImplementedError(
-            f"{a.op}: dim must be the last dimension (-1 or {nd - 1}), got dim={dim} for shape "
-            f"{tuple(y.shape)}"
-        )
+    check_last_dim(a, tuple(y.shape))
     return (OutSpec(tuple(y.shape), y.dtype),)
 
 

@@ -1,6 +1,7 @@
-"""Launch configuration for row-wise elementwise kernels (activation, gated).
+"""What the row-wise elementwise ops (activation, gated) share: the launch configuration and
+GELU's ``approximate`` attribute.
 
-Heuristic, per [rows, cols] view of V-wide vectors (V = 16 bytes / item size):
+Launch heuristic, per [rows, cols] view of V-wide vectors (V = 16 bytes / item size):
   * block.x covers one row's vectors, rounded to a power of two in [32, 256]; block.y stacks
     rows so a block always has 256 threads (short rows still fill the block);
   * grid.x covers the row with each thread taking ``unroll`` vectors; grid.y covers the rows
@@ -17,11 +18,14 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ._op import Meta, rows_view
+from ._op import Args, Attr, Meta, rows_view
 
 THREADS = 256
 BLOCKS_PER_SM = 128
 MAX_GRID_Y = 65535
+# GELU's ``approximate`` attribute (torch's spelling) and the kernel name stem of each choice.
+APPROXIMATE = Attr("approximate", "str", "none")
+_GELU_KERNELS = {"none": "gelu", "tanh": "gelu_tanh"}
 
 
 @dataclass(frozen=True)
@@ -64,3 +68,16 @@ def joint_rows_view(op: str, x: Meta, out: Meta) -> tuple[int, int, int, int]:
     x_rs = x_split[2] if x_split[1] == cols else cols
     o_rs = o_split[2] if o_split[1] == cols else cols
     return rows, cols, x_rs, o_rs
+
+
+def check_approximate(a: Args) -> None:
+    """An op with an ``approximate`` attribute (the GELU ones) takes 'none' or 'tanh'."""
+    if "approximate" in a.attrs and a.attr("approximate") not in _GELU_KERNELS:
+        raise ValueError(
+            f"{a.op}: approximate must be 'none' or 'tanh', got {a.attr('approximate')!r}"
+        )
+
+
+def gelu_kernel(a: Args) -> str:
+    """The kernel name stem of a GELU op's ``approximate``: gelu or gelu_tanh."""
+    return _GELU_KERNELS[a.attr("approximate")]

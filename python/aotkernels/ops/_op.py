@@ -48,6 +48,7 @@ __all__ = [
     "TensorMap",
     "Tensor",
     "check_dtype",
+    "check_vector",
     "pack_launch",
     "parse_dtype",
 ]
@@ -333,6 +334,18 @@ def check_dtype(op: str, arg: str, meta: Meta, allowed: Sequence[str]) -> None:
     if meta.dtype not in allowed:
         names = ", ".join(dtype_name(d) for d in allowed)
         raise TypeError(f"{op}: {arg}.dtype must be one of {names}, got {dtype_name(meta.dtype)}")
+
+
+def check_vector(op: str, arg: str, meta: Meta, n: int, what: str = "") -> None:
+    """``arg`` is a contiguous 1-D array of ``n`` elements (``what``, when given, says what n
+    counts)."""
+    if tuple(meta.shape) != (n,):
+        what = f" ({what})" if what else ""
+        raise ValueError(f"{op}: {arg}.shape must be ({n},){what}, got {tuple(meta.shape)}")
+    if n > 1 and meta.strides[0] != 1:
+        raise ValueError(
+            f"{op}: {arg} must be contiguous, got stride {meta.strides[0]}; pass a contiguous copy"
+        )
 
 
 def _align(ptr: int) -> int:

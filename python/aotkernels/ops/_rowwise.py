@@ -43,12 +43,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..arrays import dtype_name
-from ._op import Args, Meta, row_layout
+from ._op import Args, Meta, check_vector, row_layout
 
 __all__ = [
     "RowwiseConfig",
     "check_eps",
+    "check_last_dim",
     "joint_layout2",
+    "resident_layout",
     "residual_operand",
     "row_layout2",
     "rowwise_config",
@@ -87,6 +89,16 @@ def _group(units: int) -> int:
     return -(-units // 32) * 32
 
 
+def resident_layout(nvec: int, tiers: tuple[tuple[int, int], ...]) -> tuple[int, int]:
+    """(N, G) for a row of ``nvec`` packets: N from the first (most packets, N) tier that holds
+    the row, G the row group covering ``ceil(nvec / N)``; beyond the last tier, the multi-pass
+    path (0, STREAM_GROUP)."""
+    for most, n in tiers:
+        if nvec <= most:
+            return n, _group(-(-nvec // n))
+    return 0, STREAM_GROUP
+
+
 def vectorizable(
     cols: int, itemsize: int, arrays: Iterable[Meta | None], strides: Iterable[int], rows: int
 ) -> bool:
@@ -109,22 +121,11 @@ def rowwise_config(
     v = 16 // itemsize
     nvec = -(-cols // v)
     if vectorized:
-        if nvec <= 32:
-            n, g = 1, _group(nvec)
-        elif nvec <= 64:
-            n, g = 2, 32
-        elif nvec <= 2048:
-            n, g = 4, _group(-(-nvec // 4))
-        elif nvec <= 8 * MAX_GROUP:
-            n, g = 8, _group(-(-nvec // 8))
-        else:
-            n, g = 0, STREAM_GROUP
+        n, g = resident_layout(nvec, ((32, 1), (64, 2), (2048, 4), (8 * MAX_GROUP, 8)))
     elif nvec <= 32:
         n, g = 4, _group(nvec)
-    elif nvec <= 4 * MAX_GROUP:
-        n, g = 4, _group(-(-nvec // 4))
     else:
-        n, g = 0, STREAM_GROUP
+        n, g = resident_layout(nvec, ((4 * MAX_GROUP, 4),))
     r = max(1, BLOCK_THREADS // g)
     blocks = min(-(-rows // r), sm_count * BLOCKS_PER_SM, 2**31 - 1)
     return RowwiseConfig((max(1, blocks), 1), (g, r), n)
@@ -211,16 +212,7 @@ def vector_operand(a: Args, arg: str, hidden: int) -> Meta | None:
     if meta is None:
         return None
     same_dtype(a.op, arg, meta, a.need("x"))
-    if tuple(meta.shape) != (hidden,):
-        raise ValueError(
-            f"{a.op}: {arg}.shape must be ({hidden},) (the last dimension of x), got "
-            f"{tuple(meta.shape)}"
-        )
-    if hidden > 1 and meta.strides[0] != 1:
-        raise ValueError(
-            f"{a.op}: {arg} must be contiguous (stride 1), got stride {meta.strides[0]}; pass a "
-            "contiguous copy"
-        )
+    check_vector(a.op, arg, meta, hidden, "the last dimension of x")
     return meta
 
 
@@ -235,6 +227,20 @@ def residual_operand(a: Args, x: Meta) -> Meta:
         )
     row_layout(a.op, "residual", r)
     return r
+
+
+def check_last_dim(a: Args, shape: tuple[int, ...], hint: str = "") -> None:
+    """softmax's ``dim`` attribute: a dimension of ``shape``, and the last one (the only one
+    the kernels reduce over); ``hint`` ends the ``NotImplementedError``."""
+    nd = max(len(shape), 1)
+    dim = a.attr("dim")
+    if not -nd <= dim < nd:
+        raise ValueError(f"{a.op}: dim must be in [{-nd}, {nd - 1}] for shape {shape}, got {dim}")
+    if dim % nd != nd - 1:
+        raise NotImplementedError(
+            f"{a.op}: dim must be the last dimension (-1 or {nd - 1}), got dim={dim} for shape "
+            f"{shape}{hint}"
+        )
 
 
 def check_eps(op: str, eps: float) -> None:

@@ -17,7 +17,13 @@ from ._backward import (
     elementwise_backward_shapes,
     grad_of_x,
 )
-from ._elementwise import elementwise_config, joint_rows_view
+from ._elementwise import (
+    APPROXIMATE,
+    check_approximate,
+    elementwise_config,
+    gelu_kernel,
+    joint_rows_view,
+)
 from ._op import (
     Args,
     Attr,
@@ -44,25 +50,14 @@ __all__ = [
 FAMILY = "activation"
 DTYPES = ("f32", "f16", "bf16")
 _UNROLL = 4  # kUnroll in kernels/activation/activation.cuh
-_APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}
-# The backward functions by forward op, filled at the end of the module (autograd looks them
-# up when it runs).
-_BACKWARD: dict[str, Any] = {}
 
 
 def _shapes(a: Args) -> tuple[OutSpec, ...]:
+    check_approximate(a)
     x = a.need("x")
     check_dtype(a.op, "x", x, DTYPES)
     rows_view(a.op, "x", x)  # layout checks before anything is allocated
     return (OutSpec(x.shape, x.dtype),)
-
-
-def _gelu_shapes(a: Args) -> tuple[OutSpec, ...]:
-    if a.attr("approximate") not in _APPROXIMATE:
-        raise ValueError(
-            f"{a.op}: approximate must be 'none' or 'tanh', got {a.attr('approximate')!r}"
-        )
-    return _shapes(a)
 
 
 def _launcher(kernel: Callable[[Args], str]) -> Callable[[Args], list[Launch]]:
@@ -86,16 +81,14 @@ def _unary(name: str, attrs: tuple[Attr, ...] = (), kernel: Any = None) -> Op:
         inputs=(Tensor("x"),),
         attrs=attrs,
         outputs=(Output("out", inplace_of="x"),),
-        shapes=_gelu_shapes if attrs else _shapes,
+        shapes=_shapes,
         launch=_launcher(kernel or (lambda a: name)),
-        backward=grad_of_x(_BACKWARD, name),
+        backward=grad_of_x(name),
     )
 
 
 RELU = _unary("relu")
-GELU = _unary(
-    "gelu", (Attr("approximate", "str", "none"),), lambda a: _APPROXIMATE[a.attr("approximate")]
-)
+GELU = _unary("gelu", (APPROXIMATE,), gelu_kernel)
 SILU = _unary("silu")
 SIGMOID = _unary("sigmoid")
 
@@ -123,14 +116,6 @@ def sigmoid(x: Any, *, out: Any = None, stream: Any = None) -> Any:
 # --- backward ----------------------------------------------------------------------------------
 
 
-def _gelu_backward_shapes(a: Args) -> tuple[OutSpec, ...]:
-    if a.attr("approximate") not in _APPROXIMATE:
-        raise ValueError(
-            f"{a.op}: approximate must be 'none' or 'tanh', got {a.attr('approximate')!r}"
-        )
-    return elementwise_backward_shapes(a)
-
-
 def _backward_op(name: str, attrs: tuple[Attr, ...] = (), kernel: Any = None) -> Op:
     pick = kernel or (lambda a: name)
     return Op(
@@ -139,15 +124,13 @@ def _backward_op(name: str, attrs: tuple[Attr, ...] = (), kernel: Any = None) ->
         inputs=(Tensor("grad"), Tensor("x")),
         attrs=attrs,
         outputs=(Output("out", inplace_of="grad"),),
-        shapes=_gelu_backward_shapes if attrs else elementwise_backward_shapes,
+        shapes=elementwise_backward_shapes,
         launch=lambda a: elementwise_backward_launch(a, pick(a)),
     )
 
 
 RELU_BACKWARD = _backward_op("relu")
-GELU_BACKWARD = _backward_op(
-    "gelu", (Attr("approximate", "str", "none"),), lambda a: _APPROXIMATE[a.attr("approximate")]
-)
+GELU_BACKWARD = _backward_op("gelu", (APPROXIMATE,), gelu_kernel)
 SILU_BACKWARD = _backward_op("silu")
 SIGMOID_BACKWARD = _backward_op("sigmoid")
 
@@ -166,8 +149,7 @@ def relu_backward(grad: Any, x: Any, *, out: Any = None, stream: Any = None) -> 
         relu's input. Both may be strided by rows (last dimension contiguous).
     out : CUDA array, optional
         Result buffer of x's shape and dtype; may be grad itself (in place).
-    stream : int or stream object, optional
-        Defaults to the current stream of x's framework.
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Returns
     -------
@@ -201,13 +183,3 @@ def sigmoid_backward(grad: Any, x: Any, *, out: Any = None, stream: Any = None) 
     Arguments as :func:`relu_backward`.
     """
     return SIGMOID_BACKWARD(grad, x, out=out, stream=stream)
-
-
-_BACKWARD.update(
-    {
-        "relu": relu_backward,
-        "gelu": gelu_backward,
-        "silu": silu_backward,
-        "sigmoid": sigmoid_backward,
-    }
-)

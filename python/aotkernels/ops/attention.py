@@ -610,8 +610,7 @@ def attention(
         Also return the f32 log-sum-exp of the (scaled, capped) logits, [B, H, Sq]
         (not with out=).
     out : CUDA array [B, Sq, H, D] of q's dtype, optional; must not overlap the inputs.
-    stream : int or stream object, optional
-        Defaults to the current stream of q's framework.
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Returns out, or (out, lse). Rows that see no key (a window past the sequence, Sk = 0) are
     0 with an LSE of -inf. No backward: tensors that require grad (grad mode on) raise

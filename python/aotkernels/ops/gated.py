@@ -13,7 +13,7 @@ from typing import Any
 
 from ..arrays import ITEMSIZE
 from ._backward import gated_backward_launch, gated_backward_shapes, grad_of_x
-from ._elementwise import elementwise_config
+from ._elementwise import APPROXIMATE, check_approximate, elementwise_config, gelu_kernel
 from ._op import (
     Args,
     Attr,
@@ -31,10 +31,6 @@ __all__ = ["gelu_and_mul", "gelu_and_mul_backward", "silu_and_mul", "silu_and_mu
 FAMILY = "gated"
 DTYPES = ("f32", "f16", "bf16")
 _UNROLL = 2  # kUnroll in kernels/gated/gated.cuh
-_APPROXIMATE = {"none": "gelu_and_mul", "tanh": "gelu_tanh_and_mul"}
-# The backward functions by forward op, filled at the end of the module (autograd looks them
-# up when it runs).
-_BACKWARD: dict[str, Any] = {}
 
 
 def _shapes(a: Args) -> tuple[OutSpec, ...]:
@@ -44,10 +40,7 @@ def _shapes(a: Args) -> tuple[OutSpec, ...]:
         raise ValueError(
             f"{a.op}: x.shape[-1] must be even (x is [..., 2d]), got shape {tuple(x.shape)}"
         )
-    if "approximate" in a.attrs and a.attr("approximate") not in _APPROXIMATE:
-        raise ValueError(
-            f"{a.op}: approximate must be 'none' or 'tanh', got {a.attr('approximate')!r}"
-        )
+    check_approximate(a)
     rows_view(a.op, "x", x)  # layout checks before anything is allocated
     return (OutSpec((*x.shape[:-1], x.shape[-1] // 2), x.dtype),)
 
@@ -81,16 +74,12 @@ def _gated(name: str, attrs: tuple[Attr, ...], kernel: Callable[[Args], str]) ->
         outputs=(Output("out"),),
         shapes=_shapes,
         launch=_launcher(kernel),
-        backward=grad_of_x(_BACKWARD, name),
+        backward=grad_of_x(name),
     )
 
 
 SILU_AND_MUL = _gated("silu_and_mul", (), lambda a: "silu_and_mul")
-GELU_AND_MUL = _gated(
-    "gelu_and_mul",
-    (Attr("approximate", "str", "none"),),
-    lambda a: _APPROXIMATE[a.attr("approximate")],
-)
+GELU_AND_MUL = _gated("gelu_and_mul", (APPROXIMATE,), lambda a: f"{gelu_kernel(a)}_and_mul")
 
 
 def silu_and_mul(
@@ -119,14 +108,6 @@ def gelu_and_mul(x: Any, approximate: str = "none", *, out: Any = None, stream: 
 # --- backward ----------------------------------------------------------------------------------
 
 
-def _backward_shapes(a: Args) -> tuple[OutSpec, ...]:
-    if "approximate" in a.attrs and a.attr("approximate") not in _APPROXIMATE:
-        raise ValueError(
-            f"{a.op}: approximate must be 'none' or 'tanh', got {a.attr('approximate')!r}"
-        )
-    return gated_backward_shapes(a)
-
-
 def _gated_backward(name: str, attrs: tuple[Attr, ...], kernel: Callable[[Args], str]) -> Op:
     return Op(
         name=f"{name}_backward",
@@ -134,16 +115,14 @@ def _gated_backward(name: str, attrs: tuple[Attr, ...], kernel: Callable[[Args],
         inputs=(Tensor("grad"), Tensor("x")),
         attrs=attrs,
         outputs=(Output("out", inplace_of="x"),),
-        shapes=_backward_shapes,
+        shapes=gated_backward_shapes,
         launch=lambda a: gated_backward_launch(a, kernel(a)),
     )
 
 
 SILU_AND_MUL_BACKWARD = _gated_backward("silu_and_mul", (), lambda a: "silu_and_mul")
 GELU_AND_MUL_BACKWARD = _gated_backward(
-    "gelu_and_mul",
-    (Attr("approximate", "str", "none"),),
-    lambda a: _APPROXIMATE[a.attr("approximate")],
+    "gelu_and_mul", (APPROXIMATE,), lambda a: f"{gelu_kernel(a)}_and_mul"
 )
 
 
@@ -159,8 +138,7 @@ def silu_and_mul_backward(grad: Any, x: Any, *, out: Any = None, stream: Any = N
         silu_and_mul's input. Both may be strided by rows (last dimension contiguous).
     out : CUDA array, optional
         Result buffer of x's shape and dtype; may be x itself (in place).
-    stream : int or stream object, optional
-        Defaults to the current stream of x's framework.
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Returns
     -------
@@ -176,6 +154,3 @@ def gelu_and_mul_backward(
     ``out[..., d:] = grad * gelu(g)`` (exact or tanh GELU). Arguments as
     :func:`silu_and_mul_backward`."""
     return GELU_AND_MUL_BACKWARD(grad, x, approximate=approximate, out=out, stream=stream)
-
-
-_BACKWARD.update(silu_and_mul=silu_and_mul_backward, gelu_and_mul=gelu_and_mul_backward)

@@ -83,6 +83,7 @@ from ._op import (
     Tensor,
     TensorMap,
     check_dtype,
+    check_vector,
 )
 
 __all__ = ["matmul", "scaled_mm"]
@@ -449,13 +450,7 @@ def _problem(a: Args) -> _Problem:
         if odt == "int32":
             raise TypeError(f"{op}: bias is not supported with an int32 output")
         check_dtype(op, "bias", bias, (odt,))
-        if tuple(bias.shape) != (n,):
-            raise ValueError(f"{op}: bias.shape must be ({n},), got {tuple(bias.shape)}")
-        if n > 1 and bias.strides[0] != 1:
-            raise ValueError(
-                f"{op}: bias must be contiguous, got stride {bias.strides[0]}; pass a "
-                "contiguous copy"
-            )
+        check_vector(op, "bias", bias, n)
     entry = f"{am.dtype}x{bm.dtype}" if mixed else am.dtype
     return _Problem(la, lb, m, n, k, odt, sc, bias, batch, entry)
 
@@ -707,8 +702,7 @@ def matmul(
     out : CUDA array [*batch, M, N], optional
         Each matrix row-major (unit stride along N; any row and batch strides); must not
         overlap a, b or bias.
-    stream : int or stream object, optional
-        Defaults to the current stream of a's framework.
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Any M, N, K (K = 0 gives zeros, plus bias). Operands that are not 16-byte aligned or whose
     row stride is not a multiple of 16 bytes run the slower mma.sync path on Hopper, as do

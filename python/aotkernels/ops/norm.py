@@ -269,8 +269,7 @@ def rms_norm(
         the scales are dynamic, one per row (out= is then not taken).
     out : CUDA array, optional
         Result buffer of x's shape and the output dtype; may be x itself (in place).
-    stream : int or stream object, optional
-        Defaults to the current stream of x's framework.
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Returns
     -------
@@ -325,7 +324,7 @@ def fused_add_rms_norm(
         normalized sum is quantized into a new fp8 array (or ``out``, static scale only) and
         the call returns ``(q, residual, scale)``; ``scale`` as in ``rms_norm``. Otherwise
         ``out`` must be None.
-    stream : int or stream object, optional
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Returns
     -------
@@ -370,7 +369,7 @@ def layer_norm(
         fp8 output and its scale, as in ``rms_norm`` (the call then returns ``(q, scale)``).
     out : CUDA array, optional
         Result buffer of x's shape and the output dtype; may be x itself (in place).
-    stream : int or stream object, optional
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Returns
     -------
@@ -402,8 +401,7 @@ def rms_norm_backward(
     weight : CUDA array, shape (hidden,), x's dtype, contiguous.
     eps : float
         As given to rms_norm (rstd is recomputed from x).
-    stream : int or stream object, optional
-        Defaults to the current stream of x's framework.
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Returns
     -------
@@ -437,7 +435,7 @@ def layer_norm_backward(
         empty).
     eps : float
         As given to layer_norm.
-    stream : int or stream object, optional
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Returns
     -------

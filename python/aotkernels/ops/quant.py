@@ -32,6 +32,7 @@ whether 16-byte accesses apply).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .. import device as _device
@@ -328,33 +329,46 @@ def _quantize_launch(a: Args) -> list[Launch]:
 # --- declarations ----------------------------------------------------------------------------
 
 
-def _norm_ops(kernel: str, inputs: tuple[Tensor, ...], attrs: tuple[Attr, ...]) -> tuple[Op, Op]:
-    """(static, dynamic) declarations of one fp8 norm; the static one takes ``scale`` after the
-    required inputs (before the optional ones, as a schema needs)."""
+def _fp8_ops(
+    names: tuple[str, str],
+    inputs: tuple[Tensor, ...],
+    attrs: tuple[Attr, ...],
+    rules: tuple[Callable[[Args], tuple[OutSpec, ...]], Callable[[Args], list[Launch]]],
+    dynamic_attrs: tuple[Attr, ...] = (),
+) -> tuple[Op, Op]:
+    """(static, dynamic) declarations of one fp8 op, named ``names``: the static one takes
+    ``scale`` after the required inputs (before the optional ones, as a schema needs), the
+    dynamic one returns it. ``rules``: their (shapes, launch)."""
     mutated = tuple(t.name for t in inputs if t.mutated)
     required = tuple(t for t in inputs if not t.optional)
     optional = tuple(t for t in inputs if t.optional)
+    shapes, launch = rules
     static = Op(
-        name=f"{kernel}_fp8",
+        name=names[0],
         family=FAMILY,
         inputs=(*required, Tensor("scale"), *optional),
         attrs=(*attrs, _OUT_DTYPE),
         outputs=(Output("out"),),
-        shapes=_norm_shapes,
-        launch=_norm_launch(kernel),
+        shapes=shapes,
+        launch=launch,
         returns=("out", *mutated),
     )
     dynamic = Op(
-        name=f"{kernel}_fp8_dynamic",
+        name=names[1],
         family=FAMILY,
         inputs=inputs,
-        attrs=(*attrs, _OUT_DTYPE),
+        attrs=(*attrs, _OUT_DTYPE, *dynamic_attrs),
         outputs=(Output("out"), Output("scale")),
-        shapes=_norm_shapes,
-        launch=_norm_launch(kernel),
+        shapes=shapes,
+        launch=launch,
         returns=("out", *mutated, "scale"),
     )
     return static, dynamic
+
+
+def _norm_ops(kernel: str, inputs: tuple[Tensor, ...], attrs: tuple[Attr, ...]) -> tuple[Op, Op]:
+    names = (f"{kernel}_fp8", f"{kernel}_fp8_dynamic")
+    return _fp8_ops(names, inputs, attrs, (_norm_shapes, _norm_launch(kernel)))
 
 
 NORM_OPS = {
@@ -370,43 +384,18 @@ NORM_OPS = {
         (Attr("eps", "float", 1e-5),),
     ),
 }
-SILU_AND_MUL_FP8 = Op(
-    name="silu_and_mul_fp8",
-    family=FAMILY,
-    inputs=(Tensor("x"), Tensor("scale")),
-    attrs=(_OUT_DTYPE,),
-    outputs=(Output("out"),),
-    shapes=_silu_shapes,
-    launch=_silu_launch,
+SILU_AND_MUL_FP8, SILU_AND_MUL_FP8_DYNAMIC = _fp8_ops(
+    ("silu_and_mul_fp8", "silu_and_mul_fp8_dynamic"),
+    (Tensor("x"),),
+    (),
+    (_silu_shapes, _silu_launch),
 )
-SILU_AND_MUL_FP8_DYNAMIC = Op(
-    name="silu_and_mul_fp8_dynamic",
-    family=FAMILY,
-    inputs=(Tensor("x"),),
-    attrs=(_OUT_DTYPE,),
-    outputs=(Output("out"), Output("scale")),
-    shapes=_silu_shapes,
-    launch=_silu_launch,
-    returns=("out", "scale"),
-)
-QUANTIZE_FP8_STATIC = Op(
-    name="quantize_fp8_static",
-    family=FAMILY,
-    inputs=(Tensor("x"), Tensor("scale")),
-    attrs=(_OUT_DTYPE,),
-    outputs=(Output("out"),),
-    shapes=_quantize_shapes,
-    launch=_quantize_launch,
-)
-QUANTIZE_FP8 = Op(
-    name="quantize_fp8",
-    family=FAMILY,
-    inputs=(Tensor("x"),),
-    attrs=(_OUT_DTYPE, Attr("per_token", "bool", False), Attr("group_size", "int", 0)),
-    outputs=(Output("out"), Output("scale")),
-    shapes=_quantize_shapes,
-    launch=_quantize_launch,
-    returns=("out", "scale"),
+QUANTIZE_FP8_STATIC, QUANTIZE_FP8 = _fp8_ops(
+    ("quantize_fp8_static", "quantize_fp8"),
+    (Tensor("x"),),
+    (),
+    (_quantize_shapes, _quantize_launch),
+    (Attr("per_token", "bool", False), Attr("group_size", "int", 0)),
 )
 
 
@@ -472,7 +461,7 @@ def quantize_fp8(
     out_dtype : ``float8_e4m3fn`` (default) or ``float8_e5m2``
     out : CUDA array, optional
         Result buffer of x's shape and out_dtype (static scale only).
-    stream : int or stream object, optional
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Returns
     -------

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..arrays import ITEMSIZE, dtype_name
-from ._op import Args, Attr, Launch, Meta, Op, OutSpec, Tensor, check_dtype
+from ._op import Args, Attr, Launch, Meta, Op, OutSpec, Tensor, check_dtype, check_vector
 
 __all__ = ["rope"]
 
@@ -73,16 +73,7 @@ def _shapes(a: Args) -> tuple[OutSpec, ...]:
         )
     pos = a.need("positions")
     check_dtype(op, "positions", pos, ("int64", "int32"))
-    if tuple(pos.shape) != (tokens,):
-        raise ValueError(
-            f"{op}: positions.shape must be ({tokens},) (one per token of q), got "
-            f"{tuple(pos.shape)}"
-        )
-    if tokens > 1 and pos.strides[0] != 1:
-        raise ValueError(
-            f"{op}: positions must be contiguous (stride 1), got stride {pos.strides[0]}; pass "
-            "a contiguous copy"
-        )
+    check_vector(op, "positions", pos, tokens, "one per token of q")
     cache = a.need("cos_sin_cache")
     check_dtype(op, "cos_sin_cache", cache, tuple(dict.fromkeys(("f32", q.dtype))))
     if len(cache.shape) != 2:
@@ -196,8 +187,7 @@ def rope(
         even and at most head_dim; last dimension contiguous, any row stride.
     is_neox : bool
         NeoX layout (default) or GPT-J layout.
-    stream : int or stream object, optional
-        Defaults to the current stream of q's framework.
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Returns
     -------

@@ -25,7 +25,7 @@ from ._op import (
     check_dtype,
     row_layout,
 )
-from ._rowwise import rowwise_config, vectorizable
+from ._rowwise import check_last_dim, rowwise_config, vectorizable
 
 __all__ = ["softmax", "softmax_backward"]
 
@@ -36,19 +36,9 @@ DTYPES = ("f32", "f16", "bf16")
 def _shapes(a: Args) -> tuple[OutSpec, ...]:
     x = a.need("x")
     check_dtype(a.op, "x", x, DTYPES)
-    shape = tuple(x.shape)
-    dim = a.attr("dim")
-    nd = max(len(shape), 1)
-    if not -nd <= dim < nd:
-        raise ValueError(f"{a.op}: dim must be in [{-nd}, {nd - 1}] for shape {shape}, got {dim}")
-    if dim % nd != nd - 1:
-        # Only the last dimension is implemented; anything else is refused with the way out.
-        raise NotImplementedError(
-            f"{a.op}: dim must be the last dimension (-1 or {nd - 1}), got dim={dim} for shape "
-            f"{shape}; move that dimension last and pass a contiguous copy"
-        )
+    check_last_dim(a, tuple(x.shape), "; move that dimension last and pass a contiguous copy")
     row_layout(a.op, "x", x)  # layout checks before anything is allocated
-    return (OutSpec(shape, x.dtype),)
+    return (OutSpec(tuple(x.shape), x.dtype),)
 
 
 def _launch(a: Args) -> list[Launch]:
@@ -109,8 +99,7 @@ def softmax(x: Any, dim: int = -1, *, out: Any = None, stream: Any = None) -> An
         ``NotImplementedError``.
     out : CUDA array, optional
         Result buffer of x's shape and dtype; may be x itself (in place).
-    stream : int or stream object, optional
-        Defaults to the current stream of x's framework.
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Returns
     -------
@@ -135,8 +124,7 @@ def softmax_backward(
         Must name the last dimension, as for :func:`softmax`.
     out : CUDA array, optional
         Result buffer of y's shape and dtype; may be grad itself (in place).
-    stream : int or stream object, optional
-        Defaults to the current stream of y's framework.
+    stream : int or stream object, optional (see ``aotkernels.ops``)
 
     Returns
     -------
