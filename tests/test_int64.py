@@ -153,6 +153,16 @@ def test_fused_add_rms_norm_row_stride(case: tuple[str, int, int], which: str) -
         assert all(b.intact() for b in bufs.values())
 
 
+def _rowwise(op: str, x: Any, w: Any, b: Any, *, ref: bool = False, **kw: Any) -> Any:
+    """rms_norm, layer_norm or softmax of ``x`` (weight ``w``, bias ``b``): ours (``kw`` such as
+    ``out=`` passed on) or, with ``ref``, the fp64 reference."""
+    if op == "softmax":
+        return reference.softmax(x) if ref else ak.softmax(x, **kw)
+    if op == "rms_norm":
+        return reference.rms_norm(x, w) if ref else ak.rms_norm(x, w, **kw)
+    return reference.layer_norm(x, w, b) if ref else ak.layer_norm(x, w, b, **kw)
+
+
 @gpu
 @pytest.mark.parametrize("mode", ["x", "out", "in_place"])
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "softmax"])
@@ -167,26 +177,17 @@ def test_rowwise_row_stride(case: tuple[str, int, int], op: str, mode: str) -> N
     big = Rows(2, h, dtype, stride)
     x = big.view if mode in ("x", "in_place") else _values((2, h), dtype, "randn")
     w, b = _weight(h, dtype), _values((h,), dtype, "randn")
-    ref = {
-        "rms_norm": lambda: reference.rms_norm(x, w),
-        "layer_norm": lambda: reference.layer_norm(x, w, b),
-        "softmax": lambda: reference.softmax(x),
-    }[op]()
-    run = {
-        "rms_norm": lambda **kw: ak.rms_norm(x, w, 1e-6, **kw),
-        "layer_norm": lambda **kw: ak.layer_norm(x, w, b, 1e-5, **kw),
-        "softmax": lambda **kw: ak.softmax(x, **kw),
-    }[op]
+    ref = _rowwise(op, x, w, b, ref=True)
     if mode == "x":
-        y = run()
+        y = _rowwise(op, x, w, b)
         assert y.shape == (2, h) and y.is_contiguous()
     elif mode == "out":
         out = big.view
         out.fill_(float("nan"))
-        assert run(out=out) is out
+        assert _rowwise(op, x, w, b, out=out) is out
         y = out
     else:
-        assert run(out=x) is x
+        assert _rowwise(op, x, w, b, out=x) is x
         y = x
     _close(y, ref, dtype, SOFTMAX_TOL if op == "softmax" else ROWWISE_TOL)
     assert big.intact()
@@ -215,17 +216,9 @@ def test_rowwise_rows_times_hidden_past_2_31(op: str) -> None:
         assert torch.equal(r[pick], s)
         _close(x[pick], reference.rms_norm(s, w), "bfloat16", ROWWISE_TOL)
         return
-    y = {
-        "rms_norm": lambda: ak.rms_norm(x, w),
-        "layer_norm": lambda: ak.layer_norm(x, w, b),
-        "softmax": lambda: ak.softmax(x),
-    }[op]()
-    ref = {
-        "rms_norm": lambda: reference.rms_norm(xs, w),
-        "layer_norm": lambda: reference.layer_norm(xs, w, b),
-        "softmax": lambda: reference.softmax(xs),
-    }[op]()
-    _close(y[pick], ref, "bfloat16", SOFTMAX_TOL if op == "softmax" else ROWWISE_TOL)
+    y = _rowwise(op, x, w, b)
+    tol = SOFTMAX_TOL if op == "softmax" else ROWWISE_TOL
+    _close(y[pick], _rowwise(op, xs, w, b, ref=True), "bfloat16", tol)
 
 
 @gpu
