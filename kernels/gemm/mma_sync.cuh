@@ -61,6 +61,14 @@ __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t v) {
   return out;
 }
 
+// Turing's only s8 mma shape: c (an 8 x 8 s32 quarter, two per lane) += a (8 rows x 16 bytes)
+// * b (16 bytes x 8 columns).
+__device__ __forceinline__ void mma_s8_m8n8k16(int32_t& c0, int32_t& c1, uint32_t a, uint32_t b) {
+  asm("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
+      : "+r"(c0), "+r"(c1)
+      : "r"(a), "r"(b));
+}
+
 // c += A (16 rows x 32 bytes of K) * B (32 bytes of K x 8 columns). a: ldmatrix.x4 order (rows
 // 0-7 / 8-15 of K bytes 0-15, then of K bytes 16-31); b: K bytes 0-15, 16-31 of columns 0-7.
 // c: rows g and g + 8 (g = lane / 4), columns 2 * (lane % 4) + {0, 1}.
@@ -71,20 +79,11 @@ __device__ __forceinline__ void mma_step(Acc<T> (&c)[4], const uint32_t (&a)[4],
     mma_m16n8k16<T>(c, a, b[0], b[1]);
   } else if constexpr (kIsInt8<T>) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    // Turing's only s8 shape is m8n8k16 (its fragments are the quarters of the x4 layout):
-    // rows 0-7 / 8-15 times K bytes 0-15 / 16-31.
-    asm("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
-        : "+r"(c[0]), "+r"(c[1])
-        : "r"(a[0]), "r"(b[0]));
-    asm("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
-        : "+r"(c[0]), "+r"(c[1])
-        : "r"(a[2]), "r"(b[1]));
-    asm("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
-        : "+r"(c[2]), "+r"(c[3])
-        : "r"(a[1]), "r"(b[0]));
-    asm("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
-        : "+r"(c[2]), "+r"(c[3])
-        : "r"(a[3]), "r"(b[1]));
+    // The x4 fragments' quarters: rows 0-7 / 8-15 times K bytes 0-15 / 16-31.
+    mma_s8_m8n8k16(c[0], c[1], a[0], b[0]);
+    mma_s8_m8n8k16(c[0], c[1], a[2], b[1]);
+    mma_s8_m8n8k16(c[2], c[3], a[1], b[0]);
+    mma_s8_m8n8k16(c[2], c[3], a[3], b[1]);
 #else
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
