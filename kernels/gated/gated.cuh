@@ -14,8 +14,8 @@
 
 namespace ak::gated {
 
-constexpr int kMaxThreads = 256;
-constexpr int kUnroll = 2;  // two (gate, up) vector pairs in flight per thread
+// kMaxThreads and kUnroll come from [families.gated.constants] (gated_params.h, generated from
+// arch_matrix.toml; the op layer reads the same values).
 
 template <class T>
 struct silu_and_mul_fn : silu_fn<T> {};

@@ -33,11 +33,9 @@ struct Operands<ak_mixed_t<A_, B_>> {
   using B = B_;
 };
 
-enum Flags : int { kAMMajor = 1, kBKMajor = 2, kBias = 4 };
-enum OutDtype : int { kOutF32 = 0, kOutF16 = 1, kOutBF16 = 2, kOutS32 = 3 };
-enum ScaleMode : int { kScaleNone = 0, kScaleTensor = 1, kScaleVector = 2, kScaleBlock = 3 };
-constexpr int kScaleBlockK = 128;  // K extent of one block scale (DeepSeek layout)
-constexpr int kScaleBlockN = 128;  // N extent of one scale_b block
+// Flags, OutDtype, ScaleMode and kScaleBlockK / kScaleBlockN (the K and N extents of one block
+// scale, DeepSeek's layout) come from [families.gemm.constants] (gemm_params.h, generated from
+// arch_matrix.toml).
 
 // Scale of row m applied after accumulation (block scales are applied inside the main loop).
 __device__ __forceinline__ float row_scale(const ak_gemm_params& p, int64_t m) {
@@ -65,7 +63,7 @@ __device__ __forceinline__ float bias_at(const ak_gemm_params& p, int64_t n) {
   switch (p.out_dtype) {
     case kOutF16:
       return __half2float(static_cast<const __half*>(p.bias)[n]);
-    case kOutBF16:
+    case kOutBf16:
       return __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[n]);
     default:
       return static_cast<const float*>(p.bias)[n];
@@ -90,7 +88,7 @@ __device__ __forceinline__ void store2(const ak_gemm_params& p, int64_t m, int64
       }
       break;
     }
-    case kOutBF16: {
+    case kOutBf16: {
       __nv_bfloat16* d = static_cast<__nv_bfloat16*>(p.d) + off;
       if (both && (reinterpret_cast<uintptr_t>(d) & 3) == 0) {
         *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(v0, v1);

@@ -376,8 +376,8 @@ struct Kernel {
     const int mode = p.scale_mode_a == p.scale_mode_b ? p.scale_mode_a : -1;
     if (mode == kScaleNone) {
       switch (p.out_dtype) {
-        case kOutBF16:
-          return store_rows<kOutBF16, kScaleNone>(p, row, col, line, d_off);
+        case kOutBf16:
+          return store_rows<kOutBf16, kScaleNone>(p, row, col, line, d_off);
         case kOutF16:
           return store_rows<kOutF16, kScaleNone>(p, row, col, line, d_off);
         case kOutF32:
@@ -390,9 +390,9 @@ struct Kernel {
       if (mode == kScaleTensor || mode == kScaleVector) {
         const bool tensor = mode == kScaleTensor;
         switch (p.out_dtype) {
-          case kOutBF16:
-            return tensor ? store_rows<kOutBF16, kScaleTensor>(p, row, col, line, d_off)
-                          : store_rows<kOutBF16, kScaleVector>(p, row, col, line, d_off);
+          case kOutBf16:
+            return tensor ? store_rows<kOutBf16, kScaleTensor>(p, row, col, line, d_off)
+                          : store_rows<kOutBf16, kScaleVector>(p, row, col, line, d_off);
           case kOutF16:
             return tensor ? store_rows<kOutF16, kScaleTensor>(p, row, col, line, d_off)
                           : store_rows<kOutF16, kScaleVector>(p, row, col, line, d_off);

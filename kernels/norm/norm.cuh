@@ -32,9 +32,8 @@
 
 namespace ak::norm {
 
-constexpr int kHasWeight = 1;  // ak_norm_params.flags bits
-constexpr int kHasBias = 2;
-constexpr int kGemma = 4;
+// The ak_norm_params.flags bits (kHasWeight, kHasBias, kGemma) and kBackwardMaxN come from
+// [families.norm.constants] (norm_params.h, generated from arch_matrix.toml).
 
 struct rms_norm_fn {
   static constexpr bool kAddResidual = false;
@@ -97,8 +96,8 @@ __device__ __forceinline__ int64_t partials() { return int64_t(gridDim.x) * bloc
 template <int kSlots>
 struct rms_norm_backward_row {
   static constexpr bool kStream = false;
-  static constexpr int kMaxN = 2;
-  static constexpr int kScalarN = 2;
+  static constexpr int kMaxN = kBackwardMaxN;
+  static constexpr int kScalarN = kBackwardMaxN;
   float dw[kSlots];
   bool has_w;
 
@@ -133,8 +132,8 @@ struct rms_norm_backward_row {
 template <int kSlots>
 struct layer_norm_backward_row {
   static constexpr bool kStream = false;
-  static constexpr int kMaxN = 2;
-  static constexpr int kScalarN = 2;
+  static constexpr int kMaxN = kBackwardMaxN;
+  static constexpr int kScalarN = kBackwardMaxN;
   float dw[kSlots], db[kSlots];
   bool has_w, has_b;
 

@@ -42,6 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .. import loader as _loader
 from ..arrays import dtype_name
 from ._op import Args, Meta, row_layout
 
@@ -58,9 +59,14 @@ __all__ = [
 ]
 
 BLOCK_THREADS = 256  # target block size for short rows (several row groups per block)
-MAX_GROUP = 1024  # kMaxThreads in kernels/common/ak/reduce.cuh
 STREAM_GROUP = 512  # row group of the multi-pass path
 BLOCKS_PER_SM = 32
+
+
+def max_group() -> int:
+    """The largest row group the row engine is built for (``max_threads`` of the matrix's
+    ``[constants.rowwise]``, kMaxThreads in the kernels)."""
+    return int(_loader.constants("rowwise")["max_threads"])
 
 
 @dataclass(frozen=True)
@@ -115,13 +121,13 @@ def rowwise_config(
             n, g = 2, 32
         elif nvec <= 2048:
             n, g = 4, _group(-(-nvec // 4))
-        elif nvec <= 8 * MAX_GROUP:
+        elif nvec <= 8 * max_group():
             n, g = 8, _group(-(-nvec // 8))
         else:
             n, g = 0, STREAM_GROUP
     elif nvec <= 32:
         n, g = 4, _group(nvec)
-    elif nvec <= 4 * MAX_GROUP:
+    elif nvec <= 4 * max_group():
         n, g = 4, _group(-(-nvec // 4))
     else:
         n, g = 0, STREAM_GROUP
