@@ -477,7 +477,12 @@ def test_real_constants(real_doc: dict[str, Any]) -> None:
     assert m.shared == {"rowwise": {"max_threads": 1024}}
     assert m.families["norm"].constants["flags"] == {"has_weight": 1, "has_bias": 2, "gemma": 4}
     assert m.families["quant"].constants["fp8_max_e4m3"] == 448.0
-    assert m.families["softmax"].constants == {}
+    assert m.families["softmax"].constants == {"backward_max_n": 4}
+    assert m.families["activation"].constants == {
+        "max_threads": 256,
+        "unroll": 4,
+        "unroll_backward": 2,
+    }
     assert m.to_json()["families"]["rope"]["constants"]["threads"] == 256
 
 

@@ -206,7 +206,7 @@ struct norm_reduce_cols_fn {
   static constexpr bool kReduceCols = true;
 };
 
-constexpr int kReduceLanes = 32;
+// kReduceLanes: [families.norm.constants] reduce_lanes (norm_params.h).
 constexpr int kReduceUnroll = 4;  // independent loads in flight per thread (8 spilled, sm_90)
 
 template <class T>

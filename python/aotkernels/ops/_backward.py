@@ -79,7 +79,6 @@ __all__ = [
 BLOCK_THREADS = 256  # rows per block: as many row groups as fit 256 threads
 PARTIAL_THREADS = 132 * 1024
 MAX_PARTIALS = 1024  # partial rows of dweight / dbias: bounds norm_reduce_cols' serial sums
-REDUCE_BLOCK = (32, 32)  # norm_reduce_cols: 32 columns x 32 partial lanes
 MAX_REDUCE_BLOCKS = 65535
 # Longest rows (in packets) that the vector layout runs with N = 1 (docstring).
 NORM_ONE_PACKET = {"rms_norm_backward": 32, "layer_norm_backward": 512}
@@ -201,17 +200,18 @@ def softmax_backward_config(
 ) -> RowConfig:
     v = 16 // itemsize
     nvec = -(-cols // v)
+    top = int(_loader.constants("softmax")["backward_max_n"])  # 4: kMaxN and kScalarN
     if vectorized:
         if nvec <= 32:
             n, g = 1, _group(nvec)
         elif nvec <= 64:
             n, g = 2, 32
-        elif nvec <= 4 * max_group():
-            n, g = 4, _group(-(-nvec // 4))
+        elif nvec <= top * max_group():
+            n, g = top, _group(-(-nvec // top))
         else:
             n, g = 0, STREAM_GROUP
-    elif -(-cols // (4 * v)) <= max_group():
-        n, g = 4, _group(-(-cols // (4 * v)))
+    elif -(-cols // (top * v)) <= max_group():
+        n, g = top, _group(-(-cols // (top * v)))
     else:
         n, g = 0, STREAM_GROUP
     r = max(1, BLOCK_THREADS // g)
@@ -349,9 +349,10 @@ def _reduce_launch(dtype: str, hidden: int, partials: int, flags: int) -> Launch
     """norm_reduce_cols over ``partials`` rows of ws into dweight (has_weight) / dbias
     (has_bias)."""
     bit = _norm_flags()
-    blocks = min(-(-hidden // REDUCE_BLOCK[0]), MAX_REDUCE_BLOCKS)
+    block = (32, int(_loader.constants("norm")["reduce_lanes"]))  # columns x partial lanes
+    blocks = min(-(-hidden // block[0]), MAX_REDUCE_BLOCKS)
     grid = (blocks, 2 if flags & bit["has_bias"] else 1)
     args = {"ws": "ws" if partials else None, "rows": partials, "hidden": hidden, "flags": flags,
             "dweight": "dweight" if flags & bit["has_weight"] else None,
             "dbias": "dbias" if flags & bit["has_bias"] else None}  # fmt: skip
-    return Launch(f"ak_norm_reduce_cols_{dtype}", grid, REDUCE_BLOCK, args)
+    return Launch(f"ak_norm_reduce_cols_{dtype}", grid, block, args)
