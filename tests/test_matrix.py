@@ -16,14 +16,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from aotkernels._build.matrix import (
-    MatrixError,
-    cpp_name,
-    cpp_type,
-    load_matrix,
-    parse_matrix,
-    parse_target_name,
-)
+from aotkernels._build import matrix as matrix_module
+from aotkernels._build.matrix import MatrixError, load_matrix, parse_matrix, parse_target_name
 from conftest import ROOT
 
 MATRIX_PATH = ROOT / "arch_matrix.toml"
@@ -487,6 +481,7 @@ def test_real_constants(real_doc: dict[str, Any]) -> None:
 
 
 def test_cpp_names() -> None:
+    cpp_name, cpp_type = matrix_module.cpp_name, matrix_module.cpp_type
     assert cpp_name("has_weight") == "kHasWeight" and cpp_name("e5m2") == "kE5m2"
     assert cpp_name("a_m_major") == "kAMMajor" and cpp_type("scale_mode") == "ScaleMode"
 
