@@ -333,6 +333,9 @@ def _plan_family(images: list[tuple[str, int, str]]) -> dict[str, Any]:
         "param_bytes": 32,
         "param_offsets": {"y": 0, "x": 8, "a": 16, "n": 24},
         "skipped": [],
+        "dtypes": ["f32"],
+        "op_dtypes": {"scale": ["f32"]},
+        "constants": {"flags": {"add": 1}, "threads": 256},
     }
 
 
@@ -347,6 +350,7 @@ def test_write_manifest(built: bytes, tmp_path: Path) -> None:
         "archs": "75;90",
         "families_filter": None,
         "targets": {"sm_75": "7.5", "sm_90": "9.0"},
+        "constants": {"rowwise": {"max_threads": 1024}},
         "families": {"scale": _plan_family(EXPECTED)},
     }
     man = write_manifest(
@@ -370,6 +374,9 @@ def test_write_manifest(built: bytes, tmp_path: Path) -> None:
     assert fam["param_bytes"] == 32
     assert fam["param_offsets"] == {"y": 0, "x": 8, "a": 16, "n": 24}
     assert on_disk["targets"] == {"sm_75": "7.5", "sm_90": "9.0"}
+    assert on_disk["constants"] == {"rowwise": {"max_threads": 1024}}
+    assert fam["constants"] == {"flags": {"add": 1}, "threads": 256}
+    assert fam["dtypes"] == ["f32"] and fam["op_dtypes"] == {"scale": ["f32"]}
 
 
 def test_write_manifest_rejects_a_fatbin_that_differs(built: bytes, tmp_path: Path) -> None:
@@ -396,7 +403,7 @@ def test_load_manifest_errors(tmp_path: Path) -> None:
     with pytest.raises(ManifestError, match=re.escape(f"{tmp_path / 'manifest.json'}: unreadable")):
         load_manifest(tmp_path)
     (tmp_path / "manifest.json").write_text('{"format": 1}')
-    with pytest.raises(ManifestError, match=r"format 1, this aotkernels reads 2"):
+    with pytest.raises(ManifestError, match=r"format 1, this aotkernels reads 3"):
         load_manifest(tmp_path)
 
 

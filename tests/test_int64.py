@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 import aotkernels as ak
+from aotkernels.dtypes import DTYPES
 from helpers import reference
 from helpers.fake_dlpack import FakeCudaArray
 from helpers.fake_family import fake_family
@@ -31,7 +32,7 @@ from helpers.fake_family import fake_family
 GiB = 1 << 30
 BIG = 2**31  # the first element index a signed 32-bit product cannot reach
 GUARD = 64  # sentinel elements on each side of every row
-ITEM = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "int8": 1}
+ITEM = {d.long: d.itemsize for d in DTYPES.values()}  # "bfloat16" -> 2
 
 gpu = pytest.mark.gpu
 

@@ -16,6 +16,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from aotkernels._build import matrix as matrix_module
 from aotkernels._build.matrix import MatrixError, load_matrix, parse_matrix, parse_target_name
 from conftest import ROOT
 
@@ -460,3 +461,63 @@ def test_variant_family_needs_each_dtype_somewhere(doc: dict[str, Any]) -> None:
     # dtype no target of the family has is still an error.
     doc["families"]["gemm"]["targets"] = ["sm_75", "sm_80"]
     reject(doc, "families.gemm: dtype 'fp8_e4m3' is not available on target 'sm_75'")
+
+
+# --- constants ----------------------------------------------------------------------------------
+
+
+def test_real_constants(real_doc: dict[str, Any]) -> None:
+    m = parse_matrix(real_doc)
+    assert m.shared == {"rowwise": {"max_threads": 1024}}
+    assert m.families["norm"].constants["flags"] == {"has_weight": 1, "has_bias": 2, "gemma": 4}
+    assert m.families["quant"].constants["fp8_max_e4m3"] == 448.0
+    assert m.families["softmax"].constants == {"backward_max_n": 4}
+    assert m.families["activation"].constants == {
+        "max_threads": 256,
+        "unroll": 4,
+        "unroll_backward": 2,
+    }
+    assert m.to_json()["families"]["rope"]["constants"]["threads"] == 256
+
+
+def test_cpp_names() -> None:
+    cpp_name, cpp_type = matrix_module.cpp_name, matrix_module.cpp_type
+    assert cpp_name("has_weight") == "kHasWeight" and cpp_name("e5m2") == "kE5m2"
+    assert cpp_name("a_m_major") == "kAMMajor" and cpp_type("scale_mode") == "ScaleMode"
+
+
+@pytest.mark.parametrize(
+    ("constants", "message"),
+    [
+        ([1], "families.norm.constants: expected a table, got [1]"),
+        ({"Flags": {"a": 1}}, "families.norm.constants.Flags: constant names are lower-case"),
+        ({"unroll": "4"}, "families.norm.constants.unroll: expected a number or a table"),
+        ({"unroll": True}, "families.norm.constants.unroll: expected a number or a table"),
+        ({"mode": {}}, "families.norm.constants.mode: expected a number or a table"),
+        ({"mode": {"a": 1.5}}, "families.norm.constants.mode.a: expected an integer, got 1.5"),
+        ({"mode": {"A": 1}}, "families.norm.constants.mode: member names are lower-case"),
+        ({"mode": {"a": 0, "b": 0}}, "families.norm.constants.mode: two members share a value"),
+        ({"flags": {"a": 1, "b": 3}}, "families.norm.constants.flags.b: a flag is a power of two"),
+        ({"flags": {"a": 0}}, "families.norm.constants.flags.a: a flag is a power of two"),
+        (
+            {"flags": {"bias": 1}, "mode": {"bias": 0}},
+            "families.norm.constants: flags.bias and mode.bias are both kBias in C++",
+        ),
+        (
+            {"bias": 4, "flags": {"bias": 1}},
+            "families.norm.constants: bias and flags.bias are both kBias in C++",
+        ),
+    ],
+)
+def test_bad_constants(doc: dict[str, Any], constants: Any, message: str) -> None:
+    doc["families"]["norm"]["constants"] = constants
+    reject(doc, message)
+
+
+def test_bad_shared_constants(doc: dict[str, Any]) -> None:
+    doc["constants"] = {"norm": {"x": 1}}
+    reject(doc, "constants.norm: expected a lower-case namespace that is no family's name")
+    doc["constants"] = {"rowwise": {"max_threads": [1]}}
+    reject(doc, "constants.rowwise.max_threads: expected a number or a table")
+    doc["constants"] = [1]
+    reject(doc, "constants: expected a table of namespaces, got [1]")

@@ -581,3 +581,32 @@ def test_tmap_param_layout() -> None:
     fmt, size, offsets = param_layout([("p", "ptr"), ("t", "tmap"), ("n", "i32")])
     assert dict(offsets) == {"p": 0, "t": 128, "n": 256}
     assert size == 384 and struct.calcsize(fmt) == 384
+
+
+def test_constants_reach_the_header_and_the_plan(matrix: Matrix, tmp_path: Path) -> None:
+    """The matrix's constants are the one source of the kernels' and the op layer's values:
+    each family's generated header spells them in C++, plan.json (hence the manifest) carries
+    them as the matrix declares them."""
+    plan = make_plan(matrix, TK, archs="90a;89", families="gemm;quant")
+    write_plan(plan, tmp_path, KERNELS_DIR)
+    gemm = (tmp_path / "generated" / "gemm_params.h").read_text()
+    assert "namespace ak::gemm {" in gemm and "}  // namespace ak::gemm" in gemm
+    assert "enum Flags : int { kAMMajor = 1, kBKMajor = 2, kBias = 4 };" in gemm
+    assert "enum OutDtype : int { kOutF32 = 0, kOutF16 = 1, kOutBf16 = 2, kOutS32 = 3 };" in gemm
+    assert "constexpr int kScaleBlockK = 128;" in gemm
+    # Constants several families share go into every family's header.
+    assert "namespace ak::rowwise {\nconstexpr int kMaxThreads = 1024;\n}" in gemm
+    quant = (tmp_path / "generated" / "quant_params.h").read_text()
+    assert "constexpr float kMinAmax = 1e-10f;" in quant
+    assert "constexpr float kFp8MaxE5m2 = 57344.0f;" in quant
+    assert "enum Mode : int { kStatic = 0, kPerRow = 1," in quant
+
+    data = json.loads((tmp_path / "plan.json").read_text())
+    assert data["constants"] == {"rowwise": {"max_threads": 1024}}
+    q = data["families"]["quant"]
+    assert q["constants"]["mode"]["final"] == 5 and q["constants"]["min_amax"] == 1e-10
+    assert q["constants"] == dict(matrix.families["quant"].constants)
+    g = data["families"]["gemm"]
+    assert g["dtypes"] == ["f16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8"]
+    assert g["op_dtypes"]["matmul"] == ["f16", "bf16"]
+    assert g["op_dtypes"]["scaled_mm"][-1] == "fp8_e5m2xfp8_e4m3"

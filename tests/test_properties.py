@@ -42,6 +42,7 @@ from typing import Any
 import pytest
 
 import aotkernels as ak
+from aotkernels.dtypes import DTYPES
 from helpers import reference
 
 DEVICE = "cuda"
@@ -50,8 +51,7 @@ FIRST_SEED = int(os.environ.get("AK_PROPERTY_FIRST_SEED", "0"))
 GUARD = 40  # elements of poison before the first and after the last array of a buffer
 
 FLOATS = ("float32", "float16", "bfloat16")
-ITEM = {"float64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2,
-        "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}  # fmt: skip
+ITEM = {d.long: d.itemsize for d in DTYPES.values()}  # "bfloat16" -> 2
 # Sizes around the vector widths (4 / 8 / 16 elements per 16 bytes) and the row-wise paths.
 SIZES = (0, 1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256,
          257, 1000, 1023, 1024, 1025, 4095, 4096, 4097)  # fmt: skip

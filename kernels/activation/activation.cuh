@@ -12,9 +12,8 @@
 
 namespace ak::activation {
 
-constexpr int kMaxThreads = 256;
-constexpr int kUnroll = 4;          // independent 16-byte loads in flight per thread
-constexpr int kUnrollBackward = 2;  // (x, dy) vector pairs in flight per thread
+// kMaxThreads, kUnroll and kUnrollBackward come from [families.activation.constants]
+// (activation_params.h, generated from arch_matrix.toml; the op layer reads the same values).
 
 template <class Op, class T>
 __device__ __forceinline__ void entry(const ak_activation_params& p) {

@@ -43,14 +43,11 @@
 
 namespace ak::attention {
 
-// ak_attention_params.flags bits (python/aotkernels/ops/attention.py sets them).
-constexpr int kVarlen = 1;    // sequences from cu_seqlens_q / cu_seqlens_k
-constexpr int kSeqused = 2;   // key lengths from seqused_k[b]
-constexpr int kPaged = 4;     // K/V rows through block_table (k_sb / v_sb: page strides)
-constexpr int kSplit = 8;     // write f32 partials to o_accum / lse_accum
-constexpr int kPackGqa = 16;  // tile rows are (position, head of the group) pairs
-constexpr int kWriteLse = 32;
-constexpr int kSoftcap = 64;
+// ak_attention_params.flags bits, from [families.attention.constants] (attention_params.h,
+// generated from arch_matrix.toml): kVarlen (sequences from cu_seqlens_q / cu_seqlens_k),
+// kSeqused (key lengths from seqused_k[b]), kPaged (K/V rows through block_table; k_sb / v_sb
+// are page strides), kSplit (write f32 partials to o_accum / lse_accum), kPackGqa (tile rows are
+// (position, head of the group) pairs), kWriteLse, kSoftcap.
 
 // ---------------------------------------------------------------------------------------------
 // Copies (the mma.sync and ldmatrix wrappers are ak/mma.cuh's).

@@ -14,8 +14,8 @@
 
 namespace ak::gated {
 
-constexpr int kMaxThreads = 256;
-constexpr int kUnroll = 2;  // two (gate, up) vector pairs in flight per thread
+// kMaxThreads and kUnroll come from [families.gated.constants] (gated_params.h, generated from
+// arch_matrix.toml; the op layer reads the same values).
 
 // Each op is its activation's functor: act(gate) forward, act's (value, derivative) backward.
 template <class T>

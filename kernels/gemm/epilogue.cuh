@@ -33,11 +33,9 @@ struct Operands<ak_mixed_t<A_, B_>> {
   using B = B_;
 };
 
-enum Flags : int { kAMMajor = 1, kBKMajor = 2, kBias = 4, kSplitReduce = 8, kTmaStore = 16 };
-enum OutDtype : int { kOutF32 = 0, kOutF16 = 1, kOutBF16 = 2, kOutS32 = 3 };
-enum ScaleMode : int { kScaleNone = 0, kScaleTensor = 1, kScaleVector = 2, kScaleBlock = 3 };
-constexpr int kScaleBlockK = 128;  // K extent of one block scale (DeepSeek layout)
-constexpr int kScaleBlockN = 128;  // N extent of one scale_b block
+// Flags, OutDtype, ScaleMode and kScaleBlockK / kScaleBlockN (the K and N extents of one block
+// scale, DeepSeek's layout) come from [families.gemm.constants] (gemm_params.h, generated from
+// arch_matrix.toml).
 
 // Scale of row m applied after accumulation (block scales are applied inside the main loop).
 __device__ __forceinline__ float row_scale(const ak_gemm_params& p, int64_t m) {
@@ -65,7 +63,7 @@ __device__ __forceinline__ float bias_at(const ak_gemm_params& p, int64_t n) {
   switch (p.out_dtype) {
     case kOutF16:
       return __half2float(static_cast<const __half*>(p.bias)[n]);
-    case kOutBF16:
+    case kOutBf16:
       return __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[n]);
     default:
       return static_cast<const float*>(p.bias)[n];
@@ -96,7 +94,7 @@ __device__ __forceinline__ void store2(const ak_gemm_params& p, int64_t m, int64
       store2_16<__half, __half2, __float2half_rn, __floats2half2_rn>(
           static_cast<__half*>(p.d) + off, both, v0, v1);
       break;
-    case kOutBF16:
+    case kOutBf16:
       store2_16<__nv_bfloat16, __nv_bfloat162, __float2bfloat16_rn, __floats2bfloat162_rn>(
           static_cast<__nv_bfloat16*>(p.d) + off, both, v0, v1);
       break;

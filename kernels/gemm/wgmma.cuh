@@ -400,7 +400,7 @@ struct Kernel {
     const Tile& t = w.t;
     if constexpr (!kInt8) {
       if (p.flags & kTmaStore) {
-        if (p.out_dtype == kOutBF16) {
+        if (p.out_dtype == kOutBf16) {
           store_tile_tma<__nv_bfloat162>(p, t, consumer, acc, smem_u32(buf));
         } else {
           store_tile_tma<__half2>(p, t, consumer, acc, smem_u32(buf));
@@ -513,8 +513,8 @@ struct Kernel {
     const int mode = p.scale_mode_a == p.scale_mode_b ? p.scale_mode_a : -1;
     if (mode == kScaleNone) {
       switch (p.out_dtype) {
-        case kOutBF16:
-          return store_rows<kOutBF16, kScaleNone>(p, row, col, line, d_off);
+        case kOutBf16:
+          return store_rows<kOutBf16, kScaleNone>(p, row, col, line, d_off);
         case kOutF16:
           return store_rows<kOutF16, kScaleNone>(p, row, col, line, d_off);
         case kOutF32:
@@ -527,9 +527,9 @@ struct Kernel {
       if (mode == kScaleTensor || mode == kScaleVector) {
         const bool tensor = mode == kScaleTensor;
         switch (p.out_dtype) {
-          case kOutBF16:
-            return tensor ? store_rows<kOutBF16, kScaleTensor>(p, row, col, line, d_off)
-                          : store_rows<kOutBF16, kScaleVector>(p, row, col, line, d_off);
+          case kOutBf16:
+            return tensor ? store_rows<kOutBf16, kScaleTensor>(p, row, col, line, d_off)
+                          : store_rows<kOutBf16, kScaleVector>(p, row, col, line, d_off);
           case kOutF16:
             return tensor ? store_rows<kOutF16, kScaleTensor>(p, row, col, line, d_off)
                           : store_rows<kOutF16, kScaleVector>(p, row, col, line, d_off);

@@ -32,7 +32,10 @@
 
 namespace ak::norm {
 
-using norms::kHasBias;  // ak_norm_params.flags bits
+// The ak_norm_params.flags bits (kHasWeight, kHasBias, kGemma: [constants.norms], in ak::norms)
+// and kBackwardMaxN ([families.norm.constants]) come from norm_params.h, generated from
+// arch_matrix.toml.
+using norms::kHasBias;
 using norms::kHasWeight;
 
 // Stores y of the producer Y (ak/norms.cuh) over each row, kAdd: after residual = round(x +
@@ -75,8 +78,8 @@ __device__ __forceinline__ int64_t partials() { return int64_t(gridDim.x) * bloc
 template <int kSlots>
 struct rms_norm_backward_row {
   static constexpr bool kStream = false;
-  static constexpr int kMaxN = 2;
-  static constexpr int kScalarN = 2;
+  static constexpr int kMaxN = kBackwardMaxN;
+  static constexpr int kScalarN = kBackwardMaxN;
   float dw[kSlots];
   bool has_w;
 
@@ -111,8 +114,8 @@ struct rms_norm_backward_row {
 template <int kSlots>
 struct layer_norm_backward_row {
   static constexpr bool kStream = false;
-  static constexpr int kMaxN = 2;
-  static constexpr int kScalarN = 2;
+  static constexpr int kMaxN = kBackwardMaxN;
+  static constexpr int kScalarN = kBackwardMaxN;
   float dw[kSlots], db[kSlots];
   bool has_w, has_b;
 
@@ -185,7 +188,7 @@ struct norm_reduce_cols_fn {
   static constexpr bool kReduceCols = true;
 };
 
-constexpr int kReduceLanes = 32;
+// kReduceLanes: [families.norm.constants] reduce_lanes (norm_params.h).
 constexpr int kReduceUnroll = 4;  // independent loads in flight per thread (8 spilled, sm_90)
 
 template <class T>

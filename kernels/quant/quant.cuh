@@ -19,13 +19,11 @@
 
 namespace ak::quant {
 
-constexpr int kE5m2 = 8;  // ak_quant_params.flags bit (weight, bias, Gemma: ak/norms.cuh's)
+// kE5m2 (its flag bit beside the shared weight/bias/Gemma bits of ak/norms.cuh), the Mode
+// enum, kMinAmax and kFp8MaxE4m3 / kFp8MaxE5m2 come from [families.quant.constants] and
+// [constants.norms] (quant_params.h, generated from arch_matrix.toml).
 
-enum Mode { kStatic = 0, kPerRow = 1, kAmax = 2, kFromAmax = 3, kZero = 4, kFinal = 5 };
-
-constexpr float kMinAmax = 1e-10f;
-
-__device__ __forceinline__ float fp8_max(bool e5m2) { return e5m2 ? 57344.f : 448.f; }
+__device__ __forceinline__ float fp8_max(bool e5m2) { return e5m2 ? kFp8MaxE5m2 : kFp8MaxE4m3; }
 __device__ __forceinline__ float scale_of(float amax, bool e5m2) {
   return fmaxf(amax, kMinAmax) / fp8_max(e5m2);
 }

@@ -20,11 +20,8 @@
 
 namespace ak::rope {
 
-constexpr int kThreads = 256;  // block size (THREADS in python/aotkernels/ops/rope.py)
-constexpr int kNeox = 1;       // ak_rope_params.flags bits
-constexpr int kPosInt32 = 2;
-constexpr int kCacheF32 = 4;
-constexpr int kVector = 8;
+// kThreads (the block size) and the ak_rope_params.flags bits (kNeox, kPosInt32, kCacheF32,
+// kVector) come from [families.rope.constants] (rope_params.h, generated from arch_matrix.toml).
 
 template <class T, class C, bool kNeoxLayout, bool kVec, class I>
 __device__ __forceinline__ void rotate_token(const ak_rope_params& p, int64_t t, int64_t pos) {

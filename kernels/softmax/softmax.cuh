@@ -64,8 +64,8 @@ struct softmax_fn {
 template <int /*kSlots: unused*/>
 struct softmax_backward_row {
   static constexpr bool kStream = true;
-  static constexpr int kMaxN = 4;
-  static constexpr int kScalarN = 4;
+  static constexpr int kMaxN = kBackwardMaxN;  // [families.softmax.constants] (softmax_params.h)
+  static constexpr int kScalarN = kBackwardMaxN;
   template <class A>
   __device__ __forceinline__ explicit softmax_backward_row(const A&) {}
 

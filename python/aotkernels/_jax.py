@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .arrays import LONG_NAMES, contiguous_strides, dtype_name
+from .arrays import contiguous_strides, dtype_name
+from .dtypes import BY_LONG
 from .errors import AotKernelsError
 
 __all__ = [
@@ -200,7 +201,6 @@ def emit(
 
 # --- the generic lowering: an op declaration -> one ffi_call per launch ------------------------
 
-_OURS = {long: ours for ours, long in LONG_NAMES.items()}  # "bfloat16" -> "bf16"
 # (op, attributes, the op's extra launch state, device) -> the jitted lowering
 _eager: dict[Any, Any] = {}
 _MAX_EAGER = 1024  # attributes vary without end (eps sweeps): bound the cache
@@ -277,7 +277,7 @@ def _ours(dtype: Any) -> str:
     """Our dtype name for a JAX dtype (its own spelling when we have none: the op's shape rule
     then rejects it by name)."""
     name = str(dtype)
-    return _OURS.get(name, name)
+    return BY_LONG.get(name, name)
 
 
 def _jax_dtype(dtype: str) -> Any:

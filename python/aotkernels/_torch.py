@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from . import arrays as _arrays
+from .dtypes import DTYPES
 from .ops import _op
 from .ops._op import REGISTRY, Args, BackwardCtx, Meta, Op, run
 
@@ -31,11 +32,7 @@ _LIB: Any = None
 _OPS: dict[str, Any] = {}  # op name -> torch.ops.aotkernels.<op>.default
 _OUT_OPS: dict[str, Any] = {}  # op name -> torch.ops.aotkernels.<op>.out
 
-_TO_TORCH = {
-    "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
-    "int8": torch.int8, "int32": torch.int32,
-    "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2,
-}  # fmt: skip
+_TO_TORCH = {d.name: getattr(torch, d.long) for d in DTYPES.values()}
 _FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
 
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from .dtypes import BY_CAI, BY_DLPACK, BY_LONG, DTYPES, ITEMSIZE, LONG_NAMES
+
 __all__ = [
     "ITEMSIZE",
+    "LONG_NAMES",
     "TORCH_TYPES",
     "ArrayInfo",
     "DeviceBuffer",
@@ -24,25 +27,6 @@ __all__ = [
     "stream_handle",
 ]
 
-# Our dtype names and how they are spelled elsewhere.
-LONG_NAMES = {
-    "f32": "float32", "f16": "float16", "bf16": "bfloat16", "int8": "int8",
-    "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2", "int32": "int32", "f64": "float64",
-    "int64": "int64",
-}  # fmt: skip
-_BY_LONG = {v: k for k, v in LONG_NAMES.items()}
-ITEMSIZE = {
-    "f32": 4,
-    "f16": 2,
-    "bf16": 2,
-    "int8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "int32": 4,
-    "int64": 8,
-    "f64": 8,
-}
-
 
 def split_dtype(name: str) -> tuple[str, ...]:
     """The storage dtypes of an entry's dtype: ``"f16"`` -> ``("f16",)``; a mixed-operand name
@@ -50,14 +34,6 @@ def split_dtype(name: str) -> tuple[str, ...]:
     return tuple(name.split("x")) if "x" in name else (name,)
 
 
-# DLPack (type code, bits) -> our name: 0 int, 1 uint, 2 float, 4 bfloat.
-# DLPack 1.1 codes 10 / 12: float8_e4m3fn / float8_e5m2.
-_DLPACK_DTYPES = {(2, 32): "f32", (2, 16): "f16", (4, 16): "bf16", (0, 8): "int8",
-                  (0, 32): "int32", (0, 64): "int64", (2, 64): "f64", (10, 8): "fp8_e4m3",
-                  (12, 8): "fp8_e5m2"}  # fmt: skip
-_DLPACK_CODES = {v: k for k, v in _DLPACK_DTYPES.items()}
-_CAI_DTYPES = {"<f4": "f32", "<f2": "f16", "|i1": "int8", "<i4": "int32", "<i8": "int64",
-               "<f8": "f64"}  # fmt: skip
 _KDLCUDA = 2
 _DLPACK_DEVICES = {
     1: "cpu",
@@ -148,7 +124,7 @@ class Framework:
         from . import _core, device
 
         ctx = device.device_info(like.device).context
-        code, bits = _DLPACK_CODES[dtype]
+        code, bits = DTYPES[dtype].dlpack
         cap = _core.empty(ctx, like.device, list(shape), code, bits)
         return DeviceBuffer(cap, like.device, _core.dlpack_info(cap)[0])
 
@@ -167,11 +143,7 @@ class _Torch(Framework):
         import torch
 
         self.torch = torch
-        self.to_ours = {
-            torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
-            torch.int8: "int8", torch.int32: "int32", torch.int64: "int64", torch.float64: "f64",
-            torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2",
-        }  # fmt: skip
+        self.to_ours = {getattr(torch, d.long): d.name for d in DTYPES.values()}
         self.to_torch = {v: k for k, v in self.to_ours.items()}
         self._stream = torch._C._cuda_getCurrentRawStream
         global torch_stream, torch_grad_enabled, torch_empty_like
@@ -213,7 +185,7 @@ class _CuPy(Framework):
             raise ValueError(
                 f"{op}: {arg} strides must be multiples of the item size, got {x.strides}"
             )
-        dt = _BY_LONG.get(x.dtype.name, x.dtype.name)
+        dt = BY_LONG.get(x.dtype.name, x.dtype.name)
         return ArrayInfo(x, x.data.ptr, x.shape, strides, dt, x.device.id, self)
 
     def current_stream(self, device: int) -> int:
@@ -237,7 +209,7 @@ class _DLPack(Framework):
         # stream=: the producer makes the data ready on our stream (1 = legacy default stream).
         cap = x.__dlpack__(stream=stream or 1)
         ptr, _t, dev, code, bits, lanes, shape, strides = _core.dlpack_info(cap)
-        dt = _DLPACK_DTYPES.get((code, bits)) if lanes == 1 else None
+        dt = BY_DLPACK.get((code, bits)) if lanes == 1 else None
         return ArrayInfo(
             x, ptr, shape, strides, dt or f"dlpack(code={code}, bits={bits})", dev, self
         )
@@ -269,7 +241,7 @@ class _CudaArrayInterface(Framework):
         cai = x.__cuda_array_interface__
         ptr = int(cai["data"][0])
         shape = tuple(cai["shape"])
-        dt = _CAI_DTYPES.get(cai["typestr"], cai["typestr"])
+        dt = BY_CAI.get(cai["typestr"], cai["typestr"])
         item = int(cai["typestr"][2:])
         if cai.get("strides") is None:
             strides = contiguous_strides(shape)

@@ -15,7 +15,7 @@ import hashlib
 import os
 import struct
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,15 @@ from .fatbin import FatbinError, extract_image, read_fatbin
 from .manifest import ManifestError, load_manifest
 from .select import Choice, choose_image, driver_too_old
 
-__all__ = ["LoadedFamily", "family_on", "manifest", "preload", "choice_for"]
+__all__ = [
+    "LoadedFamily",
+    "choice_for",
+    "constants",
+    "dtypes",
+    "family_on",
+    "manifest",
+    "preload",
+]
 
 
 @dataclass
@@ -101,6 +109,22 @@ def _family_manifest(name: str) -> dict[str, Any]:
             "AOTKERNELS_FAMILIES may have left it out)"
         )
     return dict(fams[name])
+
+
+def constants(scope: str) -> Mapping[str, Any]:
+    """The constants the kernels of ``scope`` were built with: a family's
+    (``[families.<name>.constants]`` of arch_matrix.toml), or a namespace several families share
+    (``[constants.<name>]``, e.g. ``"rowwise"``). Numbers, and groups (enums, flag bits) as
+    {member: value}. Needs no device: pure shape rules use them too."""
+    shared: Mapping[str, Any] | None = manifest()["constants"].get(scope)
+    return shared if shared is not None else _family_manifest(scope)["constants"]
+
+
+def dtypes(family: str, op: str | None = None) -> tuple[str, ...]:
+    """The dtypes ``family`` declares (for ``op``: its own list where the matrix gives one; a
+    mixed-operand pair reads ``"<a>x<b>"``), whether or not this build's images hold them all."""
+    fam = _family_manifest(family)
+    return tuple(fam["op_dtypes"][op] if op is not None else fam["dtypes"])
 
 
 def force_ptx() -> bool:

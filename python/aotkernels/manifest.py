@@ -15,7 +15,9 @@ from .fatbin import FatbinImage
 
 __all__ = ["MANIFEST_FORMAT", "ManifestError", "image_record", "load_manifest"]
 
-MANIFEST_FORMAT = 2  # 2: param_offsets per family, targets
+# 2: param_offsets per family, targets; 3: constants (shared and per family), dtypes and
+# op_dtypes per family
+MANIFEST_FORMAT = 3
 
 
 class ManifestError(RuntimeError):

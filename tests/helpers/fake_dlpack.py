@@ -9,17 +9,9 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 
-_CODES = {
-    "float32": (2, 32),
-    "float16": (2, 16),
-    "bfloat16": (4, 16),
-    "float64": (2, 64),
-    "int8": (0, 8),
-    "int32": (0, 32),
-    "int64": (0, 64),
-    "float8_e4m3fn": (10, 8),  # DLPack 1.1 kDLFloat8_e4m3fn
-    "float8_e5m2": (12, 8),  # DLPack 1.1 kDLFloat8_e5m2
-}
+from aotkernels.dtypes import DTYPES
+
+_CODES = {d.long: d.dlpack for d in DTYPES.values()}  # "bfloat16" -> (4, 16)
 
 
 class _DLDevice(ctypes.Structure):

@@ -7,10 +7,9 @@
 
 namespace ak::norms {
 
-// ak_norm_params / ak_quant_params .flags bits.
-constexpr int kHasWeight = 1;
-constexpr int kHasBias = 2;
-constexpr int kGemma = 4;  // (1 + weight) instead of weight, as Gemma's RMSNorm
+// The ak_norm_params / ak_quant_params .flags bits kHasWeight, kHasBias and kGemma ((1 + weight)
+// instead of weight, as Gemma's RMSNorm) are [constants.norms] of arch_matrix.toml, generated into
+// this namespace by every family's params header.
 
 // The adapter over a parameter struct P with the norm layout (out, x, residual, weight, bias,
 // rows, hidden, inner, the row and outer strides, flags): the norm and quant families'. O is the

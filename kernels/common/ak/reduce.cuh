@@ -145,9 +145,10 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 namespace rowwise {
 
-constexpr int kMaxThreads = 1024;  // the largest row group (a 65536-element bf16 row, N = 8)
-constexpr int kStreamChunk = 4;    // packets in flight per thread and pass in StreamRow
-constexpr int kLanes = 4;          // independent accumulators per thread in a reduction
+// kMaxThreads (the largest row group) comes from [constants.rowwise] in every family's generated
+// params header, included before this file.
+constexpr int kStreamChunk = 4;  // packets in flight per thread and pass in StreamRow
+constexpr int kLanes = 4;        // independent accumulators per thread in a reduction
 
 // An empty asm that claims to change `v`: values derived from it (f32 conversions, slot offsets)
 // cannot be kept live from one pass to the next and are recomputed instead. Without it the

@@ -124,6 +124,9 @@ def write_manifest(
             "param_bytes": fam["param_bytes"],
             "param_offsets": fam["param_offsets"],
             "skipped": fam["skipped"],
+            "dtypes": fam["dtypes"],
+            "op_dtypes": fam["op_dtypes"],
+            "constants": fam["constants"],
         }
         checked[name] = kernels
     manifest = {
@@ -140,6 +143,7 @@ def write_manifest(
         "archs": plan.get("archs"),
         "families_filter": plan.get("families_filter"),
         "targets": plan["targets"],
+        "constants": plan["constants"],
         "families": families,
     }
     text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"

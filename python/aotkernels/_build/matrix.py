@@ -30,8 +30,15 @@ __all__ = [
     "Variant",
     "load_matrix",
     "parse_matrix",
+    "cpp_name",
+    "cpp_type",
+    "parse_constants",
     "parse_target_name",
 ]
+
+# A constant of the matrix: a number, or a named group of integers (an enum or a set of flag
+# bits, e.g. {has_weight = 1, has_bias = 2}).
+Constant = int | float | dict[str, int]
 
 PARAM_TYPES = ("ptr", "i64", "i32", "f32", "tmap")
 _TARGET_RE = re.compile(r"^sm_(\d+)(\d)([af]?)$")
@@ -131,6 +138,7 @@ class Family:
     op_dtypes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # per op, when not every dtype
     dtype_requires: tuple[tuple[str, tuple[str, ...]], ...] = ()
     variants: tuple[Variant, ...] = ()
+    constants: Mapping[str, Constant] = field(default_factory=dict)
 
     def symbol(self, op: str, dtype: str) -> str:
         return self.entry.format(op=op, dtype=dtype)
@@ -165,6 +173,8 @@ class Matrix:
     dtypes: Mapping[str, DType]
     families: Mapping[str, Family]
     source: str = field(default="arch_matrix.toml", compare=False)
+    # Constants shared by several families' kernels, by namespace (ak::<namespace> in C++).
+    shared: Mapping[str, Mapping[str, Constant]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The ``aotkernels matrix --json`` shape (the README and tests/test_cli.py show it)."""
@@ -192,6 +202,7 @@ class Matrix:
                     "ptx": list(f.ptx),
                     "requires": list(f.requires),
                     "variants": {v.name: v.path for v in f.variants},
+                    "constants": dict(f.constants),
                 }
                 for f in self.families.values()
             },
@@ -405,7 +416,59 @@ def _parse_family(
         op_dtypes=op_dtypes,
         dtype_requires=dtype_requires,
         variants=variants,
+        constants=parse_constants(spec.get("constants", {}), f"{where}.constants"),
     )
+
+
+def parse_constants(raw: Any, where: str) -> dict[str, Constant]:
+    """A ``constants`` table: each key a number, or a table of integer members (an enum, or a
+    set of flags when the group is named ``flags``: distinct powers of two)."""
+    if not isinstance(raw, dict):
+        raise MatrixError(f"{where}: expected a table, got {raw!r}")
+    out: dict[str, Constant] = {}
+    for name, value in raw.items():
+        cw = f"{where}.{name}"
+        if not _IDENT_RE.match(name):
+            raise MatrixError(f"{cw}: constant names are lower-case identifiers, got {name!r}")
+        if _is_number(value):
+            out[name] = value
+            continue
+        if not isinstance(value, dict) or not value:
+            raise MatrixError(f"{cw}: expected a number or a table of integer members, got {value!r}")
+        for member, v in value.items():
+            if not _IDENT_RE.match(member):
+                raise MatrixError(f"{cw}: member names are lower-case identifiers, got {member!r}")
+            if not _is_number(v) or isinstance(v, float):
+                raise MatrixError(f"{cw}.{member}: expected an integer, got {v!r}")
+            if name == "flags" and (v <= 0 or v & (v - 1)):
+                raise MatrixError(f"{cw}.{member}: a flag is a power of two, got {v}")
+        values = list(value.values())
+        if len(set(values)) != len(values):
+            raise MatrixError(f"{cw}: two members share a value in {value}")
+        out[name] = dict(value)
+    # Scalars and group members share the C++ namespace (groups are unscoped enums).
+    seen: dict[str, str] = {}
+    for name, value in out.items():
+        for key in value if isinstance(value, dict) else [name]:
+            full = f"{name}.{key}" if isinstance(value, dict) else name
+            other = seen.setdefault(cpp_name(key), full)
+            if other != full:
+                raise MatrixError(f"{where}: {other} and {full} are both {cpp_name(key)} in C++")
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def cpp_name(name: str) -> str:
+    """The C++ spelling of a constant or group member: ``has_weight`` -> ``kHasWeight``."""
+    return "k" + cpp_type(name)
+
+
+def cpp_type(name: str) -> str:
+    """The C++ enum type of a group: ``scale_mode`` -> ``ScaleMode``."""
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
 
 
 def _parse_op_map(
@@ -479,6 +542,16 @@ def parse_matrix(
             name: _parse_family(name, spec, targets, dtypes, features, kernels_dir)
             for name, spec in _table(doc, "families", "arch_matrix").items()
         }
+        raw_shared = doc.get("constants", {})
+        if not isinstance(raw_shared, dict):
+            raise MatrixError(f"constants: expected a table of namespaces, got {raw_shared!r}")
+        shared = {}
+        for ns, table in raw_shared.items():
+            if not _IDENT_RE.match(ns) or ns in families:
+                raise MatrixError(
+                    f"constants.{ns}: expected a lower-case namespace that is no family's name"
+                )
+            shared[ns] = parse_constants(table, f"constants.{ns}")
         symbols: dict[str, str] = {}
         for fam in families.values():
             for e in fam.entry_specs(dtypes):
@@ -490,7 +563,7 @@ def parse_matrix(
                 symbols[e.symbol] = fam.name
     except MatrixError as e:
         raise MatrixError(f"{source}: {e}") from None
-    return Matrix(features, targets, dtypes, families, source)
+    return Matrix(features, targets, dtypes, families, source, shared)
 
 
 def load_matrix(path: str | Path, *, check_sources: bool = True) -> Matrix:

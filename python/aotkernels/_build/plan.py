@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from ..arrays import split_dtype
-from .matrix import EntrySpec, Family, Matrix, Target, parse_ptx_name
+from .matrix import (
+    Constant,
+    EntrySpec,
+    Family,
+    Matrix,
+    Target,
+    cpp_name,
+    cpp_type,
+    parse_ptx_name,
+)
 
 __all__ = [
     "BuildPlan",
@@ -240,6 +249,21 @@ def param_layout(params: Iterable[tuple[str, str]]) -> tuple[str, int, list[tupl
     return fmt + "x" * tail, offset + tail, offsets
 
 
+def _constants_block(namespace: str, constants: dict[str, Constant]) -> list[str]:
+    """C++ for a constants table of the matrix: ``constexpr`` numbers and unscoped enums."""
+    lines = ["", f"namespace ak::{namespace} {{"]
+    for name, value in constants.items():
+        if isinstance(value, dict):
+            members = ", ".join(f"{cpp_name(m)} = {v}" for m, v in value.items())
+            lines.append(f"enum {cpp_type(name)} : int {{ {members} }};")
+        elif isinstance(value, float):
+            lines.append(f"constexpr float {cpp_name(name)} = {value!r}f;")
+        else:
+            lines.append(f"constexpr int {cpp_name(name)} = {value};")
+    lines.append(f"}}  // namespace ak::{namespace}")
+    return lines
+
+
 def _params_header(fp: FamilyPlan) -> str:
     fam = fp.family
     _, size, offsets = param_layout(fam.params)
@@ -266,6 +290,12 @@ def _params_header(fp: FamilyPlan) -> str:
         f'static_assert(offsetof(ak_{fam.name}_params, {n}) == {off}, "layout drift");'
         for n, off in offsets
     ]
+    # The matrix's constants, which the op layer reads from the manifest: the kernels use these
+    # names and never restate the values.
+    for ns, table in fp.matrix.shared.items():
+        lines += _constants_block(ns, dict(table))
+    if fam.constants:
+        lines += _constants_block(fam.name, dict(fam.constants))
     configs: dict[str, EntrySpec] = {}
     for spec in fp.entry_specs():
         if spec.variant:
@@ -360,6 +390,7 @@ def plan_json(plan: BuildPlan) -> dict[str, Any]:
         # Every target the matrix declares (built or not): the run time's error for a device
         # this build cannot serve names the one that would.
         "targets": {t.name: t.cc_str for t in plan.matrix.targets.values()},
+        "constants": {ns: dict(table) for ns, table in plan.matrix.shared.items()},
         "families": {},
     }
     for fp in plan.families.values():
@@ -378,6 +409,9 @@ def plan_json(plan: BuildPlan) -> dict[str, Any]:
             "param_format": fmt,
             "param_bytes": size,
             "param_offsets": dict(offsets),
+            "dtypes": list(fp.family.dtypes),
+            "op_dtypes": {op: list(fp.family.dtypes_of(op)) for op in fp.family.ops},
+            "constants": dict(fp.family.constants),
         }
     return out
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from .. import loader as _loader
 from ..arrays import ITEMSIZE
 from ._elementwise import check_approximate, elementwise_config
 from ._op import (
@@ -56,16 +57,16 @@ from ._op import (
     rows_view,
 )
 from ._rowwise import (
-    MAX_GROUP,
     _group,
     check_last_dim,
+    max_group,
+    norm_flags,
     resident_layout,
     same_dtype,
     vectorizable,
 )
 
 __all__ = [
-    "DTYPES",
     "as_rows",
     "MAX_PARTIALS",
     "PARTIAL_THREADS",
@@ -84,15 +85,10 @@ __all__ = [
     "softmax_backward_shapes",
 ]
 
-DTYPES = ("f32", "f16", "bf16")
-ELEMENTWISE_UNROLL = 2  # kUnrollBackward (activation.cuh), kUnroll (gated.cuh)
 BLOCK_THREADS = 256  # rows per block: as many row groups as fit 256 threads
 PARTIAL_THREADS = 132 * 1024
 MAX_PARTIALS = 1024  # partial rows of dweight / dbias: bounds norm_reduce_cols' serial sums
-REDUCE_BLOCK = (32, 32)  # norm_reduce_cols: 32 columns x 32 partial lanes
 MAX_REDUCE_BLOCKS = 65535
-NORM_HAS_WEIGHT, NORM_HAS_BIAS = 1, 2  # ak_norm_params.flags
-NORM_MAX_N = 2  # kMaxN / kScalarN of the norm backward ops (kernels/norm/norm.cuh)
 # Longest rows (in packets) that the vector layout runs with N = 1 (docstring).
 NORM_ONE_PACKET = {"rms_norm_backward": 32, "layer_norm_backward": 512}
 
@@ -135,7 +131,7 @@ def _grad_and(a: Args, name: str, grad_shape: tuple[int, ...] | None = None) -> 
     """The checks every backward op starts with: ``name`` (x or y) a float array, ``grad`` of
     its dtype and of ``grad_shape`` (default: its shape), both viewable as rows."""
     x, g = a.need(name), a.need("grad")
-    check_dtype(a.op, name, x, DTYPES)
+    check_dtype(a.op, name, x, _loader.dtypes(a.family_name))
     same_dtype(a.op, "grad", g, x)
     if grad_shape is None:
         _same_shape(a.op, "grad", g, tuple(x.shape), f"the shape of {name}")
@@ -171,7 +167,10 @@ def elementwise_backward_launch(a: Args, kernel: str) -> list[Launch]:
         rows = views[0][0] * views[0][1] // cols
         g_rs, x_rs, o_rs = (row_layout(a.op, n, m)[1] for n, m in (("grad", g), ("x", x),
                                                                    ("out", o)))  # fmt: skip
-    cfg = elementwise_config(rows, cols, ITEMSIZE[x.dtype], a.sm_count, ELEMENTWISE_UNROLL)
+    c = _loader.constants(a.family_name)  # activation
+    cfg = elementwise_config(
+        rows, cols, ITEMSIZE[x.dtype], a.sm_count, c["unroll_backward"], c["max_threads"]
+    )
     args = {"out": "out", "x": "x", "dy": "grad", "rows": rows, "cols": cols,
             "x_row_stride": x_rs, "out_row_stride": o_rs, "dy_row_stride": g_rs}  # fmt: skip
     return [Launch(f"ak_{kernel}_backward_{x.dtype}", cfg.grid, cfg.block, args)]
@@ -198,7 +197,8 @@ def gated_backward_launch(a: Args, kernel: str) -> list[Launch]:
         return []
     g_rs = row_layout(a.op, "grad", a.need("grad"))[1]
     o_rs = row_layout(a.op, "out", a.out("out"))[1]
-    cfg = elementwise_config(rows, d, ITEMSIZE[x.dtype], a.sm_count, ELEMENTWISE_UNROLL)
+    c = _loader.constants(a.family_name)  # gated
+    cfg = elementwise_config(rows, d, ITEMSIZE[x.dtype], a.sm_count, c["unroll"], c["max_threads"])
     args = {"out": "out", "x": "x", "dy": "grad", "rows": rows, "d": d,
             "x_row_stride": x_rs, "out_row_stride": o_rs, "dy_row_stride": g_rs}  # fmt: skip
     return [Launch(f"ak_{kernel}_backward_{x.dtype}", cfg.grid, cfg.block, args)]
@@ -211,8 +211,9 @@ def softmax_backward_config(
     rows: int, cols: int, itemsize: int, sm_count: int, vectorized: bool
 ) -> RowConfig:
     nvec = -(-cols // (16 // itemsize))
-    tiers = ((32, 1), (64, 2), (4 * MAX_GROUP, 4)) if vectorized else ((4 * MAX_GROUP, 4),)
-    n, g = resident_layout(nvec, tiers)
+    top = int(_loader.constants("softmax")["backward_max_n"])  # 4: kMaxN and kScalarN
+    resident = (top * max_group(), top)
+    n, g = resident_layout(nvec, ((32, 1), (64, 2), resident) if vectorized else (resident,))
     r = max(1, BLOCK_THREADS // g)
     blocks = min(-(-rows // r), sm_count * 32, 2**31 - 1)
     return RowConfig((max(1, blocks), 1), (g, r), n)
@@ -245,8 +246,13 @@ def softmax_backward_launch(a: Args) -> list[Launch]:
 # --- rms_norm / layer_norm -------------------------------------------------------------------
 
 
+def _norm_max_n() -> int:
+    """The most packets per thread the norm backward row kernels keep in registers."""
+    return int(_loader.constants("norm")["backward_max_n"])
+
+
 def norm_max_hidden(itemsize: int) -> int:
-    return NORM_MAX_N * MAX_GROUP * (16 // itemsize)
+    return _norm_max_n() * max_group() * (16 // itemsize)
 
 
 def norm_backward_config(
@@ -256,10 +262,10 @@ def norm_backward_config(
     v = 16 // itemsize
     if vectorized:
         nvec = -(-cols // v)
-        n = 1 if nvec <= NORM_ONE_PACKET[kernel] else NORM_MAX_N
+        n = 1 if nvec <= NORM_ONE_PACKET[kernel] else _norm_max_n()
         g = _group(-(-nvec // n))
     else:
-        n = NORM_MAX_N
+        n = _norm_max_n()
         g = _group(-(-cols // (n * v)))
     r = max(1, BLOCK_THREADS // g)
     blocks = min(-(-rows // r), max(1, PARTIAL_THREADS // (g * r)), max(1, MAX_PARTIALS // r))
@@ -303,7 +309,7 @@ def norm_backward_launch(a: Args, kernel: str) -> list[Launch]:
     has_bias = "bias" in a.names and a["bias"] is not None
     hidden = x.shape[-1]
     rows, x_rs = row_layout(a.op, "x", x)
-    flags = (NORM_HAS_WEIGHT if w is not None else 0) | (NORM_HAS_BIAS if has_bias else 0)
+    flags = norm_flags(w is not None, has_bias)
     if hidden == 0 or (rows == 0 and not flags):
         return []
     if rows == 0:  # dweight / dbias of no rows: 0, from a reduction over no partials
@@ -325,10 +331,13 @@ def norm_backward_launch(a: Args, kernel: str) -> list[Launch]:
 
 
 def _reduce_launch(dtype: str, hidden: int, partials: int, flags: int) -> Launch:
-    """norm_reduce_cols over ``partials`` rows of ws into dweight (flags bit 0) / dbias (bit 1)."""
-    blocks = min(-(-hidden // REDUCE_BLOCK[0]), MAX_REDUCE_BLOCKS)
-    grid = (blocks, 2 if flags & NORM_HAS_BIAS else 1)
+    """norm_reduce_cols over ``partials`` rows of ws into dweight (has_weight) / dbias
+    (has_bias)."""
+    bit = _loader.constants("norms")["flags"]
+    block = (32, int(_loader.constants("norm")["reduce_lanes"]))  # columns x partial lanes
+    blocks = min(-(-hidden // block[0]), MAX_REDUCE_BLOCKS)
+    grid = (blocks, 2 if flags & bit["has_bias"] else 1)
     args = {"ws": "ws" if partials else None, "rows": partials, "hidden": hidden, "flags": flags,
-            "dweight": "dweight" if flags & NORM_HAS_WEIGHT else None,
-            "dbias": "dbias" if flags & NORM_HAS_BIAS else None}  # fmt: skip
-    return Launch(f"ak_norm_reduce_cols_{dtype}", grid, REDUCE_BLOCK, args)
+            "dweight": "dweight" if flags & bit["has_weight"] else None,
+            "dbias": "dbias" if flags & bit["has_bias"] else None}  # fmt: skip
+    return Launch(f"ak_norm_reduce_cols_{dtype}", grid, block, args)

@@ -1,9 +1,10 @@
 """What the row-wise elementwise ops (activation, gated) share: the launch configuration and
 GELU's ``approximate`` attribute.
 
-Launch heuristic, per [rows, cols] view of V-wide vectors (V = 16 bytes / item size):
-  * block.x covers one row's vectors, rounded to a power of two in [32, 256]; block.y stacks
-    rows so a block always has 256 threads (short rows still fill the block);
+Heuristic, per [rows, cols] view of V-wide vectors (V = 16 bytes / item size):
+  * block.x covers one row's vectors, rounded to a power of two in [32, threads] (256: the
+    family's max_threads); block.y stacks rows so a block always has that many threads (short
+    rows still fill the block);
   * grid.x covers the row with each thread taking ``unroll`` vectors; grid.y covers the rows
     (<= 65535, the kernels loop beyond);
   * the grid is capped at 128 blocks per SM (the kernels grid-stride beyond). Swept on an H200
@@ -20,7 +21,6 @@ from functools import lru_cache
 
 from ._op import Args, Attr, Meta, rows_view
 
-THREADS = 256
 BLOCKS_PER_SM = 128
 MAX_GRID_Y = 65535
 # GELU's ``approximate`` attribute (torch's spelling) and the kernel name stem of each choice.
@@ -36,14 +36,15 @@ class ElementwiseConfig:
 
 @lru_cache(maxsize=4096)
 def elementwise_config(
-    rows: int, cols: int, itemsize: int, sm_count: int, unroll: int
+    rows: int, cols: int, itemsize: int, sm_count: int, unroll: int, threads: int
 ) -> ElementwiseConfig:
+    """``unroll`` and ``threads`` (the block size) are the family's constants."""
     vec = 16 // itemsize
     vec_cols = max(1, -(-cols // vec))
     bx = 32
-    while bx < THREADS and bx < vec_cols:
+    while bx < threads and bx < vec_cols:
         bx *= 2
-    by = THREADS // bx
+    by = threads // bx
     gx = max(1, -(-vec_cols // (bx * unroll)))
     gy = min(MAX_GRID_Y, max(1, -(-rows // by)))
     cap = sm_count * BLOCKS_PER_SM

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 from .. import arrays as _arrays
 from .. import loader as _loader
 from ..arrays import TORCH_TYPES, ArrayInfo, dtype_name, framework_of, stream_handle
+from ..dtypes import SPELLINGS  # dtype attributes: strings, NumPy / ml_dtypes, torch, JAX
 
 __all__ = [
     "Args",
@@ -294,17 +295,6 @@ def set_torch_front(front: Any) -> None:
 
 # --- shared checks -------------------------------------------------------------------------------
 
-# Dtype spellings accepted by dtype attributes (strings, NumPy / ml_dtypes, torch, JAX), by name.
-_DTYPE_ALIASES = {
-    "float32": "f32", "f32": "f32", "float": "f32",
-    "float16": "f16", "f16": "f16", "half": "f16",
-    "bfloat16": "bf16", "bf16": "bf16",
-    "int32": "int32", "int": "int32",
-    "float8_e4m3fn": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3",
-    "float8_e5m2": "fp8_e5m2", "fp8_e5m2": "fp8_e5m2",
-    "int8": "int8",
-}  # fmt: skip
-
 
 def parse_dtype(op: str, arg: str, value: Any) -> str:
     """Our dtype name for a string, NumPy / ml_dtypes dtype, torch dtype or JAX scalar type."""
@@ -322,12 +312,12 @@ def parse_dtype(op: str, arg: str, value: Any) -> str:
     else:
         name = str(value)  # torch.float32 -> "torch.float32"
     key = name.removeprefix("torch.").removeprefix("jnp.")
-    if key not in _DTYPE_ALIASES:
+    if key not in SPELLINGS:
         raise TypeError(
             f"{op}: {arg} must be a dtype such as 'float32', 'bfloat16' or torch.float16, got "
             f"{value!r}"
         )
-    return _DTYPE_ALIASES[key]
+    return SPELLINGS[key]
 
 
 def check_dtype(op: str, arg: str, meta: Meta, allowed: Sequence[str]) -> None:

@@ -42,6 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .. import loader as _loader
 from ..arrays import dtype_name
 from ._op import Args, Meta, check_vector, row_layout
 
@@ -60,9 +61,14 @@ __all__ = [
 ]
 
 BLOCK_THREADS = 256  # target block size for short rows (several row groups per block)
-MAX_GROUP = 1024  # kMaxThreads in kernels/common/ak/reduce.cuh
 STREAM_GROUP = 512  # row group of the multi-pass path
 BLOCKS_PER_SM = 32
+
+
+def max_group() -> int:
+    """The largest row group the row engine is built for (``max_threads`` of the matrix's
+    ``[constants.rowwise]``, kMaxThreads in the kernels)."""
+    return int(_loader.constants("rowwise")["max_threads"])
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,17 @@ def _group(units: int) -> int:
             g *= 2
         return g
     return -(-units // 32) * 32
+
+
+def norm_flags(weight: bool, bias: bool, gemma: bool = False) -> int:
+    """The .flags bits of the norm and quant kernels ([constants.norms]): a weight given, a bias
+    given, Gemma's (1 + weight)."""
+    bit = _loader.constants("norms")["flags"]
+    return (
+        (bit["has_weight"] if weight else 0)
+        | (bit["has_bias"] if bias else 0)
+        | (bit["gemma"] if gemma else 0)
+    )
 
 
 def resident_layout(nvec: int, tiers: tuple[tuple[int, int], ...]) -> tuple[int, int]:
@@ -121,11 +138,11 @@ def rowwise_config(
     v = 16 // itemsize
     nvec = -(-cols // v)
     if vectorized:
-        n, g = resident_layout(nvec, ((32, 1), (64, 2), (2048, 4), (8 * MAX_GROUP, 8)))
+        n, g = resident_layout(nvec, ((32, 1), (64, 2), (2048, 4), (8 * max_group(), 8)))
     elif nvec <= 32:
         n, g = 4, _group(nvec)
     else:
-        n, g = resident_layout(nvec, ((4 * MAX_GROUP, 4),))
+        n, g = resident_layout(nvec, ((4 * max_group(), 4),))
     r = max(1, BLOCK_THREADS // g)
     blocks = min(-(-rows // r), sm_count * BLOCKS_PER_SM, 2**31 - 1)
     return RowwiseConfig((max(1, blocks), 1), (g, r), n)

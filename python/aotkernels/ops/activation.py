@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .. import loader as _loader
 from ..arrays import ITEMSIZE
 from ._backward import (
     elementwise_backward_launch,
@@ -48,14 +49,12 @@ __all__ = [
 ]
 
 FAMILY = "activation"
-DTYPES = ("f32", "f16", "bf16")
-_UNROLL = 4  # kUnroll in kernels/activation/activation.cuh
 
 
 def _shapes(a: Args) -> tuple[OutSpec, ...]:
     check_approximate(a)
     x = a.need("x")
-    check_dtype(a.op, "x", x, DTYPES)
+    check_dtype(a.op, "x", x, _loader.dtypes(FAMILY))
     rows_view(a.op, "x", x)  # layout checks before anything is allocated
     return (OutSpec(x.shape, x.dtype),)
 
@@ -66,7 +65,10 @@ def _launcher(kernel: Callable[[Args], str]) -> Callable[[Args], list[Launch]]:
         rows, cols, x_rs, o_rs = joint_rows_view(a.op, x, a.out("out"))
         if rows * cols == 0:
             return []
-        cfg = elementwise_config(rows, cols, ITEMSIZE[x.dtype], a.sm_count, _UNROLL)
+        c = _loader.constants(FAMILY)
+        cfg = elementwise_config(
+            rows, cols, ITEMSIZE[x.dtype], a.sm_count, c["unroll"], c["max_threads"]
+        )
         args = {"out": "out", "x": "x", "rows": rows, "cols": cols,
                 "x_row_stride": x_rs, "out_row_stride": o_rs}  # fmt: skip
         return [Launch(f"ak_{kernel(a)}_{x.dtype}", cfg.grid, cfg.block, args)]

@@ -31,6 +31,7 @@ import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from .. import loader as _loader
 from ..arrays import dtype_name
 from ..errors import NoKernelImageError
 from ._op import Args, Attr, Launch, Meta, Op, Output, OutSpec, Tensor
@@ -50,10 +51,7 @@ __all__ = [
 ]
 
 FAMILY = "attention"
-DTYPES = ("f16", "bf16")
 ENV = "AOTKERNELS_ATTENTION_PATH"
-_F_VARLEN, _F_SEQUSED, _F_PAGED, _F_SPLIT = 1, 2, 4, 8
-_F_PACK, _F_LSE, _F_SOFTCAP = 16, 32, 64
 # Paths in order of preference; a wgmma path for sm_90a goes first once it exists.
 _PATH_ORDER = ("fa2",)
 _MAX_SEQ = 2**31 - 1  # sequence positions are 32-bit in the kernel
@@ -117,12 +115,18 @@ class Config(NamedTuple):
     combine_block: int
 
 
+def _flag(name: str) -> int:
+    """A bit of ak_attention_params.flags ([families.attention.constants] of the matrix)."""
+    return int(_loader.constants(FAMILY)["flags"][name])
+
+
 # --- argument checks -------------------------------------------------------------------------
 
 
 def _check_qkv_dtypes(op: str, q: Meta, k: Meta, v: Meta, kn: str, vn: str) -> None:
-    if q.dtype not in DTYPES:
-        names = ", ".join(dtype_name(d) for d in DTYPES)
+    allowed = _loader.dtypes(FAMILY)
+    if q.dtype not in allowed:
+        names = ", ".join(dtype_name(d) for d in allowed)
         raise TypeError(f"{op}: q.dtype must be one of {names}, got {dtype_name(q.dtype)}")
     for name, m in ((kn, k), (vn, v)):
         if m.dtype != q.dtype:
@@ -192,7 +196,7 @@ def _scales(
         raise ValueError(f"{op}: softcap must be positive (or 0 / None for none), got {cap}")
     if cap == 0:
         return sc * _LOG2E, 0.0, 0
-    return cap * _LOG2E, sc / cap, _F_SOFTCAP
+    return cap * _LOG2E, sc / cap, _flag("softcap")
 
 
 def _qkv_shapes(op: str, q: Meta, k: Meta, v: Meta, kn: str, vn: str, nd: int) -> None:
@@ -258,7 +262,7 @@ def validate_dense(
         _check_layout(op, name, m)
     win = _window(op, causal, window)
     scale_log2, pre, flags = _scales(op, scale, softcap, d)
-    flags |= _F_LSE if return_lse else 0
+    flags |= _flag("write_lse") if return_lse else 0
     return Problem(
         op, q.dtype, b, sq, sk, h, hkv, d, _strides3(q), _strides3(k), _strides3(v), win,
         scale_log2, pre, flags, tuple(q.shape), (b, h, sq), (h * sq, sq),
@@ -305,7 +309,7 @@ def validate_varlen(
         _check_layout(op, name, m)
     win = _window(op, causal, window)
     scale_log2, pre, flags = _scales(op, scale, softcap, d)
-    flags |= _F_VARLEN | (_F_LSE if return_lse else 0)
+    flags |= _flag("varlen") | (_flag("write_lse") if return_lse else 0)
     return Problem(
         op, q.dtype, nb - 1, max_seqlen_q, max_seqlen_k, h, hkv, d, _strides3(q), _strides3(k),
         _strides3(v), win, scale_log2, pre, flags, tuple(q.shape), (h, total_q), (0, total_q),
@@ -346,7 +350,7 @@ def validate_decode(
             f"{sq}; use attention / attention_varlen for prefill"
         )
     _seqlens_meta(op, "cache_seqlens", seqlens, b)
-    flags = _F_SEQUSED
+    flags = _flag("seqused")
     bt_sb = 0
     if block_table is None:
         if k.shape[0] != b:
@@ -370,7 +374,7 @@ def validate_decode(
             raise ValueError(f"{op}: the page size (k_cache.shape[1]) must be >= 16, got {page}")
         capacity = page * block_table.shape[1]
         bt_sb = block_table.strides[0]
-        flags |= _F_PAGED
+        flags |= _flag("paged")
     if capacity > _MAX_SEQ:
         raise ValueError(f"{op}: the cache holds at most 2**31 - 1 positions, got {capacity}")
     for name, m in (("q", q), ("k_cache", k), ("v_cache", v)):
@@ -435,7 +439,7 @@ def configure(
         raise ValueError(f"{p.op}: at most {_MAX_GRID_YZ} heads per launch, got {slots}")
     if p.batch * p.splits > _MAX_GRID_YZ:
         raise ValueError(f"{p.op}: at most {_MAX_GRID_YZ} sequences per launch, got {p.batch}")
-    flags = p.flags | (_F_PACK if pack else 0) | (_F_SPLIT if p.splits > 1 else 0)
+    flags = p.flags | (_flag("pack_gqa") if pack else 0) | (_flag("split") if p.splits > 1 else 0)
     o = (0, out[0], out[1]) if len(out) == 3 else out[:3]
     acc_rows = p.batch * p.heads * p.sq
     fields: dict[str, int | float] = {
@@ -520,7 +524,7 @@ def _launch(a: Args) -> list[Launch]:
             ptrs.update(o_accum="o_accum", lse_accum="lse_accum")
     else:
         ptrs.update(k="k", v="v", lse="lse" if a.op.endswith("_lse") else None)
-        if p.flags & _F_VARLEN:
+        if p.flags & _flag("varlen"):
             ptrs.update(cu_seqlens_q="cu_seqlens_q", cu_seqlens_k="cu_seqlens_k")
     args = {**cfg.fields, **ptrs}
     launches = [

@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from .. import loader as _loader
 from ..arrays import ITEMSIZE
 from ._backward import gated_backward_launch, gated_backward_shapes, grad_of_x
 from ._elementwise import APPROXIMATE, check_approximate, elementwise_config, gelu_kernel
@@ -29,13 +30,11 @@ from ._op import (
 __all__ = ["gelu_and_mul", "gelu_and_mul_backward", "silu_and_mul", "silu_and_mul_backward"]
 
 FAMILY = "gated"
-DTYPES = ("f32", "f16", "bf16")
-_UNROLL = 2  # kUnroll in kernels/gated/gated.cuh
 
 
 def _shapes(a: Args) -> tuple[OutSpec, ...]:
     x = a.need("x")
-    check_dtype(a.op, "x", x, DTYPES)
+    check_dtype(a.op, "x", x, _loader.dtypes(FAMILY))
     if not x.shape or x.shape[-1] % 2:
         raise ValueError(
             f"{a.op}: x.shape[-1] must be even (x is [..., 2d]), got shape {tuple(x.shape)}"
@@ -57,7 +56,10 @@ def _launcher(kernel: Callable[[Args], str]) -> Callable[[Args], list[Launch]]:
         o_rows, _, o_rs = rows_view(a.op, "out", out)
         x_rs = x_rs if x_rows == rows else 2 * d
         o_rs = o_rs if o_rows == rows else d
-        cfg = elementwise_config(rows, d, ITEMSIZE[x.dtype], a.sm_count, _UNROLL)
+        c = _loader.constants(FAMILY)
+        cfg = elementwise_config(
+            rows, d, ITEMSIZE[x.dtype], a.sm_count, c["unroll"], c["max_threads"]
+        )
         args = {"out": "out", "x": "x", "rows": rows, "d": d,
                 "x_row_stride": x_rs, "out_row_stride": o_rs}  # fmt: skip
         return [Launch(f"ak_{kernel(a)}_{x.dtype}", cfg.grid, cfg.block, args)]

@@ -68,7 +68,9 @@ import math
 import os
 from typing import Any, NamedTuple
 
+from .. import loader as _loader
 from ..arrays import ITEMSIZE, dtype_name, split_dtype
+from ..dtypes import DTYPES, FP8
 from ..errors import NoKernelImageError
 from ._op import (
     Args,
@@ -89,17 +91,10 @@ from ._op import (
 __all__ = ["matmul", "scaled_mm"]
 
 FAMILY = "gemm"
-MATMUL_DTYPES = ("f16", "bf16")
-SCALED_DTYPES = ("fp8_e4m3", "fp8_e5m2", "int8")
-_FP8 = ("fp8_e4m3", "fp8_e5m2")
 _MAX_GRID_YZ = 65535  # CUDA grid.z limit (mma.sync: one matrix per grid.z)
-_OUT_CODES = {"f32": 0, "f16": 1, "bf16": 2, "int32": 3}
-# CUtensorMapDataType: UINT8 = 0 (fp8 and int8 move as bytes), FLOAT16 = 6, BFLOAT16 = 9.
-_TMA_TYPES = {"f16": 6, "bf16": 9, "fp8_e4m3": 0, "fp8_e5m2": 0, "int8": 0}
-_SCALE_BLOCK = 128  # DeepSeek block scales: 1 x 128 for a, 128 x 128 for b
-_FLAG_A_MMAJOR, _FLAG_B_KMAJOR, _FLAG_BIAS, _FLAG_SPLIT_REDUCE, _FLAG_TMA_STORE = 1, 2, 4, 8, 16
+# The out_dtype member (of [families.gemm.constants]) for each output dtype.
+_OUT_CODES = {"f32": "out_f32", "f16": "out_f16", "bf16": "out_bf16", "int32": "out_s32"}
 _OUT_BOX = 64  # the TMA-store epilogue's boxes of d: 64 x 64 elements (128 bytes of a row)
-_SCALE_NONE, _SCALE_TENSOR, _SCALE_VECTOR, _SCALE_BLOCK_MODE = 0, 1, 2, 3
 _PATHS = ("mma_sync", "wgmma", "tcgen05")
 
 
@@ -240,9 +235,10 @@ def _split_k(dtype: str, m: int, n: int, k: int, batch: tuple[int, ...]) -> _Spl
     splits = min(_SPLIT_CTAS // math.ceil(n / 128), stages // _SPLIT_MIN_STAGES, _SPLIT_MAX)
     if m == 0 or splits < 2:
         return _Split(1, 0)
-    blocks = math.ceil(k / _SCALE_BLOCK)
+    block = int(_loader.constants(FAMILY)["scale_block_k"])
+    blocks = math.ceil(k / block)
     per = math.ceil(blocks / splits)
-    return _Split(math.ceil(blocks / per), per * _SCALE_BLOCK)
+    return _Split(math.ceil(blocks / per), per * block)
 
 
 class _Scales(NamedTuple):
@@ -258,13 +254,14 @@ def _scale_candidates(
     info: Meta, vec: tuple[tuple[int, ...], ...], block: tuple[int, int]
 ) -> set[int]:
     shape = tuple(info.shape)
+    mode = _loader.constants(FAMILY)["scale_mode"]
     modes = set()
     if math.prod(shape) == 1:
-        modes.add(_SCALE_TENSOR)
+        modes.add(mode["scale_tensor"])
     if shape in vec:
-        modes.add(_SCALE_VECTOR)
+        modes.add(mode["scale_vector"])
     if shape == block:
-        modes.add(_SCALE_BLOCK_MODE)
+        modes.add(mode["scale_block"])
     return modes
 
 
@@ -283,11 +280,13 @@ def _scales(a: Args, dtype: str, m: int, n: int, k: int) -> _Scales:
     sa, sb = (a["scale_a"], a["scale_b"]) if "scale_a" in a.names else (None, None)
     if (sa is None) != (sb is None):
         raise ValueError(f"{op}: scale_a and scale_b must be given together (or both None)")
+    c = _loader.constants(FAMILY)
+    mode = c["scale_mode"]
     if sa is None or sb is None:
-        return _Scales(_SCALE_NONE, _SCALE_NONE, None, None, (0, 0), (0, 0))
+        return _Scales(mode["scale_none"], mode["scale_none"], None, None, (0, 0), (0, 0))
     check_dtype(op, "scale_a", sa, ("f32",))
     check_dtype(op, "scale_b", sb, ("f32",))
-    kb, nb = math.ceil(k / _SCALE_BLOCK), math.ceil(n / _SCALE_BLOCK)
+    kb, nb = math.ceil(k / c["scale_block_k"]), math.ceil(n / c["scale_block_n"])
     ca = _scale_candidates(sa, ((m,), (m, 1)), (m, kb))
     cb = _scale_candidates(sb, ((n,), (1, n)), (nb, kb))
     if not ca:
@@ -300,21 +299,21 @@ def _scales(a: Args, dtype: str, m: int, n: int, k: int) -> _Scales:
             f"{op}: scale_b.shape must be (1,), ({n},), (1, {n}) or ({nb}, {kb}) (128x128 "
             f"blocks), got {tuple(sb.shape)}"
         )
-    plain_a, plain_b = ca - {_SCALE_BLOCK_MODE}, cb - {_SCALE_BLOCK_MODE}
-    if _SCALE_BLOCK_MODE in ca and _SCALE_BLOCK_MODE in cb and not (plain_a and plain_b):
+    plain_a, plain_b = ca - {mode["scale_block"]}, cb - {mode["scale_block"]}
+    if mode["scale_block"] in ca and mode["scale_block"] in cb and not (plain_a and plain_b):
         if ITEMSIZE[dtype] != 1 or dtype == "int8":
             raise TypeError(f"{op}: block scales take fp8 operands, got {dtype_name(dtype)}")
         (sa0, sa1), (sb0, sb1) = sa.strides, sb.strides
-        return _Scales(_SCALE_BLOCK_MODE, _SCALE_BLOCK_MODE, sa, sb, (sa0, sa1), (sb0, sb1))
+        return _Scales(mode["scale_block"], mode["scale_block"], sa, sb, (sa0, sa1), (sb0, sb1))
     if not plain_a or not plain_b:
         raise ValueError(
             f"{op}: block scales need both scale_a ({m}, {kb}) and scale_b ({nb}, {kb}), got "
             f"{tuple(sa.shape)} and {tuple(sb.shape)}"
         )
-    mode_a = _SCALE_TENSOR if _SCALE_TENSOR in plain_a else _SCALE_VECTOR
-    mode_b = _SCALE_TENSOR if _SCALE_TENSOR in plain_b else _SCALE_VECTOR
-    sa_s0 = _vector_stride(sa) if mode_a == _SCALE_VECTOR else 0
-    sb_s0 = _vector_stride(sb) if mode_b == _SCALE_VECTOR else 0
+    mode_a = mode["scale_tensor"] if mode["scale_tensor"] in plain_a else mode["scale_vector"]
+    mode_b = mode["scale_tensor"] if mode["scale_tensor"] in plain_b else mode["scale_vector"]
+    sa_s0 = _vector_stride(sa) if mode_a == mode["scale_vector"] else 0
+    sb_s0 = _vector_stride(sb) if mode_b == mode["scale_vector"] else 0
     return _Scales(mode_a, mode_b, sa, sb, (sa_s0, 0), (sb_s0, 0))
 
 
@@ -344,7 +343,7 @@ def _tensor_maps(
             TensorMap(
                 f"tmap_{name}",
                 name,
-                _TMA_TYPES[info.dtype],
+                DTYPES[info.dtype].tma,
                 inner,
                 outer,
                 ld * item,
@@ -394,10 +393,11 @@ def _problem(a: Args) -> _Problem:
     """Every check that needs no output and no device, in the order users meet them."""
     op = a.op
     am, bm = a.need("a"), a.need("b")
-    check_dtype(op, "a", am, MATMUL_DTYPES if op == "matmul" else SCALED_DTYPES)
-    mixed = op == "scaled_mm" and am.dtype != bm.dtype and {am.dtype, bm.dtype} == set(_FP8)
+    # The op's dtypes in the matrix, less its mixed-operand pairs ("<a>x<b>", checked below).
+    check_dtype(op, "a", am, [d for d in _loader.dtypes(FAMILY, op) if len(split_dtype(d)) == 1])
+    mixed = op == "scaled_mm" and am.dtype != bm.dtype and {am.dtype, bm.dtype} == set(FP8)
     if bm.dtype != am.dtype and not mixed:
-        other = " or the other fp8 type" if am.dtype in _FP8 else ""
+        other = " or the other fp8 type" if am.dtype in FP8 else ""
         raise TypeError(
             f"{op}: b.dtype must equal a.dtype ({dtype_name(am.dtype)}){other}, got "
             f"{dtype_name(bm.dtype)}"
@@ -426,18 +426,18 @@ def _problem(a: Args) -> _Problem:
     if op == "matmul":
         odt = am.dtype if out_dtype is None else out_dtype
         outs: tuple[str, ...] = ("f16", "bf16", "f32")
-        sc = _Scales(_SCALE_NONE, _SCALE_NONE, None, None, (0, 0), (0, 0))
+        sc = _scales(a, am.dtype, m, n, k)  # matmul takes none: scale_none
     else:
         if out_dtype is None:
             raise TypeError(f"{op}: out_dtype is required (e.g. 'bfloat16', or 'int32' for int8)")
         odt = out_dtype
         sc = _scales(a, am.dtype, m, n, k)
         if am.dtype == "int8":
-            outs = ("int32",) if sc.mode_a == _SCALE_NONE else ("f16", "bf16", "f32")
+            outs = ("int32",) if sc.a is None else ("f16", "bf16", "f32")
         else:
             outs = ("f16", "bf16", "f32")
     if odt not in outs:
-        what = " without scales" if am.dtype == "int8" and sc.mode_a == _SCALE_NONE else ""
+        what = " without scales" if am.dtype == "int8" and sc.a is None else ""
         hint = ""
         if odt == "int32" and op == "scaled_mm" and am.dtype == "int8":
             hint = " (int8 with scales gives f16/bf16/f32)"
@@ -562,8 +562,12 @@ def _launch(a: Args) -> list[Launch]:
         tma_ok = folds[0] is not None and folds[1] is not None
     pick = _pick(op, p.entry_dtype, m, n, k, layout, tma_ok, fam, bt.n)
     v = fam.variants[pick.variant]
-    flags = (_FLAG_A_MMAJOR if la.major == "m" else 0) | (_FLAG_B_KMAJOR if lb.major == "k" else 0)
-    flags |= _FLAG_BIAS if p.bias is not None else 0
+    c = _loader.constants(FAMILY)
+    bit = c["flags"]
+    flags = (bit["a_m_major"] if la.major == "m" else 0) | (
+        bit["b_k_major"] if lb.major == "k" else 0
+    )
+    flags |= bit["bias"] if p.bias is not None else 0
     bm_tile, bn_tile = int(v["bm"]), int(v["bn"])
     if pick.path == "mma_sync":
         # One block per tile along grid.x (any number of tile rows), one matrix per grid.z.
@@ -590,7 +594,7 @@ def _launch(a: Args) -> list[Launch]:
         and (ldd * 2) % 16 == 0
         and n <= ldd
     )
-    flags |= _FLAG_TMA_STORE if tma_store else 0
+    flags |= bit["tma_store"] if tma_store else 0
     args = {
         "d": "out", "a": "a", "b": "b", "ws": "ws" if split.splits > 1 else None,
         "scale_a": "scale_a" if sc.a is not None else None,
@@ -600,12 +604,13 @@ def _launch(a: Args) -> list[Launch]:
         "sa_s0": sc.sa[0], "sa_s1": sc.sa[1], "sb_s0": sc.sb[0], "sb_s1": sc.sb[1],
         "batch": bt.n, "a_bs": bt.a, "b_bs": bt.b, "d_bs": bt.d,
         "splits": split.splits, "k_split": split.k_split,
-        "flags": flags, "out_dtype": _OUT_CODES[p.out_dtype],
+        "flags": flags, "out_dtype": c["out_dtype"][_OUT_CODES[p.out_dtype]],
         "scale_mode_a": sc.mode_a, "scale_mode_b": sc.mode_b,
     }  # fmt: skip
     maps = _tensor_maps(pick, fam, am, la, bm, lb, m, n, k, (folds[0] or 0, folds[1] or 0))
     if tma_store:
-        d_map = TensorMap("tmap_d", "d", _TMA_TYPES[p.out_dtype], n, m, ldd * 2, _OUT_BOX, _OUT_BOX)
+        tma_type = DTYPES[p.out_dtype].tma
+        d_map = TensorMap("tmap_d", "d", tma_type, n, m, ldd * 2, _OUT_BOX, _OUT_BOX)
         maps = (*maps, d_map)
     threads = int(v["threads"])
     launches = [Launch(pick.symbol, grid, (threads,), args, int(v["smem"]), maps)]
@@ -613,7 +618,7 @@ def _launch(a: Args) -> list[Launch]:
         # The same entry sums the partials in split order and runs the epilogue.
         pairs = m * math.ceil(n / 2)
         blocks = min(math.ceil(pairs / threads), fam.device.sm_count)
-        reduce = {**args, "flags": flags | _FLAG_SPLIT_REDUCE}
+        reduce = {**args, "flags": flags | bit["split_reduce"]}
         # The main launch's shared memory: a launch asking less would make the SMs re-split their
         # L1 / shared memory between the two kernels (on every call).
         launches.append(Launch(pick.symbol, (blocks, 1, 1), (threads,), reduce, int(v["smem"])))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import loader as _loader
 from ..arrays import ITEMSIZE
 from ._backward import as_rows, norm_backward_launch, norm_workspace_shape
 from ._op import (
@@ -40,6 +41,7 @@ from ._op import (
 from ._rowwise import (
     check_eps,
     joint_layout2,
+    norm_flags,
     residual_operand,
     row_layout2,
     rowwise_config,
@@ -57,8 +59,6 @@ __all__ = [
 ]
 
 FAMILY = "norm"
-DTYPES = ("f32", "f16", "bf16")
-_HAS_WEIGHT, _HAS_BIAS, _GEMMA = 1, 2, 4  # ak_norm_params.flags (kernels/norm/norm.cuh)
 _EPS = Attr("eps", "float", 1e-6)
 _GEMMA_ATTR = Attr("gemma", "bool", False)
 
@@ -66,7 +66,7 @@ _GEMMA_ATTR = Attr("gemma", "bool", False)
 def _check_x(a: Args) -> tuple[Meta, int]:
     """The checks every op here starts with: (x, hidden)."""
     x = a.need("x")
-    check_dtype(a.op, "x", x, DTYPES)
+    check_dtype(a.op, "x", x, _loader.dtypes(FAMILY))
     if not x.shape:
         raise ValueError(f"{a.op}: x must have at least 1 dimension, got a 0-d array")
     # layout checks before anything is allocated; rms_norm rows may have two levels
@@ -107,8 +107,7 @@ def _norm_launch(a: Args, kernel: str, written: str, residual: str | None) -> li
     strides = (x_rs, o_rs, r_rs) + (outer if inner > 1 else ())
     vec = vectorizable(hidden, item, (o, x, r, w, b), strides, rows)
     cfg = rowwise_config(rows, hidden, item, a.sm_count, vec)
-    flags = (_HAS_WEIGHT if w is not None else 0) | (_HAS_BIAS if b is not None else 0)
-    flags |= _GEMMA if a.attrs.get("gemma") else 0
+    flags = norm_flags(w is not None, b is not None, bool(a.attrs.get("gemma")))
     args = {
         "out": written, "x": "x", "residual": residual,
         "weight": "weight" if w is not None else None, "bias": "bias" if b is not None else None,

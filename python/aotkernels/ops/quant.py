@@ -36,7 +36,9 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .. import device as _device
+from .. import loader as _loader
 from ..arrays import ITEMSIZE, dtype_name
+from ..dtypes import FP8
 from ._op import (
     Args,
     Attr,
@@ -54,21 +56,16 @@ from ._op import (
 from ._rowwise import (
     check_eps,
     joint_layout2,
+    norm_flags,
     residual_operand,
     row_layout2,
     rowwise_config,
     vector_operand,
 )
 
-__all__ = ["FP8_MAX", "fp8_out_dtype", "norm_fp8", "quantize_fp8", "silu_and_mul_fp8"]
+__all__ = ["fp8_out_dtype", "norm_fp8", "quantize_fp8", "silu_and_mul_fp8"]
 
 FAMILY = "quant"
-IN_DTYPES = ("f32", "f16", "bf16")
-FP8_MAX = {"fp8_e4m3": 448.0, "fp8_e5m2": 57344.0}
-MIN_AMAX = 1e-10  # kMinAmax in kernels/quant/quant.cuh
-# ak_quant_params.flags and .mode (kernels/quant/quant.cuh)
-_HAS_WEIGHT, _HAS_BIAS, _GEMMA, _E5M2 = 1, 2, 4, 8
-_STATIC, _PER_ROW, _AMAX, _FROM_AMAX, _ZERO, _FINAL = 0, 1, 2, 3, 4, 5
 
 _OUT_DTYPE = Attr("out_dtype", "dtype?", None)  # None: float8_e4m3fn
 _EPS = Attr("eps", "float", 1e-6)
@@ -95,7 +92,7 @@ class Geometry(NamedTuple):
 def fp8_out_dtype(op: str, x: Any, out_dtype: Any, scale: Any) -> str | None:
     """The fp8 output dtype asked for, or None for the op's own dtype (x's, checked)."""
     dt = None if out_dtype is None else parse_dtype(op, "out_dtype", out_dtype)
-    if dt in FP8_MAX:
+    if dt in FP8:
         return dt
     if scale is not None:
         raise TypeError(
@@ -117,7 +114,7 @@ def fp8_out_dtype(op: str, x: Any, out_dtype: Any, scale: Any) -> str | None:
 
 def _fp8(a: Args) -> str:
     dt = a.attr("out_dtype") or "fp8_e4m3"
-    if dt not in FP8_MAX:
+    if dt not in FP8:
         raise TypeError(
             f"{a.op}: out_dtype must be float8_e4m3fn or float8_e5m2, got {dtype_name(dt)}"
         )
@@ -126,7 +123,7 @@ def _fp8(a: Args) -> str:
 
 def _x(a: Args) -> Meta:
     x = a.need("x")
-    check_dtype(a.op, "x", x, IN_DTYPES)
+    check_dtype(a.op, "x", x, _loader.dtypes(FAMILY))
     if not x.shape:
         raise ValueError(f"{a.op}: x must have at least 1 dimension, got a 0-d array")
     return x
@@ -240,7 +237,9 @@ def _launches(
     _check_fp8_device(a)
     x = a.need("x")
     cfg = rowwise_config(g.rows, g.cols, ITEMSIZE[x.dtype], a.sm_count, vec)
-    flags |= _E5M2 if _fp8(a) == "fp8_e5m2" else 0
+    c = _loader.constants(FAMILY)  # ak_quant_params.flags bits and .mode values
+    flags |= c["e5m2"] if _fp8(a) == "fp8_e5m2" else 0
+    mode = c["mode"]
     symbol = f"ak_fp8_{kernel}_{x.dtype}"
     base = {
         "out": "out", "x": "x", **ptrs, "rows": g.rows, "hidden": g.cols, "inner": g.inner,
@@ -253,17 +252,21 @@ def _launches(
     if not _dynamic(a):
         if empty:
             return []
-        return [Launch(symbol, cfg.grid, cfg.block, {**base, "scale": "scale", "mode": _STATIC})]
+        return [
+            Launch(symbol, cfg.grid, cfg.block, {**base, "scale": "scale", "mode": mode["static"]})
+        ]
     if kernel == "quantize" and not (a.attr("per_token") or a.attr("group_size")):
         s = {**base, "scale": "scale"}
-        steps = [Launch(symbol, *one, {**s, "mode": _ZERO})]
+        steps = [Launch(symbol, *one, {**s, "mode": mode["zero"]})]
         if not empty:
-            steps.append(Launch(symbol, cfg.grid, cfg.block, {**s, "mode": _AMAX}))
-            steps.append(Launch(symbol, cfg.grid, cfg.block, {**s, "mode": _FROM_AMAX}))
-        return [*steps, Launch(symbol, *one, {**s, "mode": _FINAL})]
+            steps.append(Launch(symbol, cfg.grid, cfg.block, {**s, "mode": mode["amax"]}))
+            steps.append(Launch(symbol, cfg.grid, cfg.block, {**s, "mode": mode["from_amax"]}))
+        return [*steps, Launch(symbol, *one, {**s, "mode": mode["final"]})]
     if g.rows == 0:
         return []
-    return [Launch(symbol, cfg.grid, cfg.block, {**base, "scale_out": "scale", "mode": _PER_ROW})]
+    return [
+        Launch(symbol, cfg.grid, cfg.block, {**base, "scale_out": "scale", "mode": mode["per_row"]})
+    ]
 
 
 def _norm_launch(kernel: str) -> Any:
@@ -279,8 +282,7 @@ def _norm_launch(kernel: str) -> Any:
         g = Geometry(rows, hidden, 0, hidden, (x_rs, 0), (o_rs, 0), r_rs)
         aligned = all(_aligned(m) for m in (x, out, r, w, b))
         vec = _vectorized(g, ITEMSIZE[x.dtype], aligned)
-        flags = (_HAS_WEIGHT if w is not None else 0) | (_HAS_BIAS if b is not None else 0)
-        flags |= _GEMMA if a.attrs.get("gemma") else 0
+        flags = norm_flags(w is not None, b is not None, bool(a.attrs.get("gemma")))
         ptrs = {"residual": "residual" if r is not None else None,
                 "weight": "weight" if w is not None else None,
                 "bias": "bias" if b is not None else None}  # fmt: skip
@@ -301,7 +303,8 @@ def _silu_launch(a: Args) -> list[Launch]:
     # The kernel reads the up half at x + d of each row, through its weight slot.
     item = ITEMSIZE[x.dtype]
     vec = _vectorized(g, item, _aligned(x) and _aligned(out) and _aligned(x, d * item))
-    return _launches(a, "silu_and_mul", g, vec, _HAS_WEIGHT, {})
+    up_in_weight_slot = norm_flags(weight=True, bias=False)
+    return _launches(a, "silu_and_mul", g, vec, up_in_weight_slot, {})
 
 
 def _quantize_launch(a: Args) -> list[Launch]:

@@ -12,16 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import loader as _loader
 from ..arrays import ITEMSIZE, dtype_name
 from ._op import Args, Attr, Launch, Meta, Op, OutSpec, Tensor, check_dtype, check_vector
 
 __all__ = ["rope"]
 
 FAMILY = "rope"
-DTYPES = ("f32", "f16", "bf16")
-# ak_rope_params.flags (kernels/rope/rope.cuh)
-_NEOX, _POS_INT32, _CACHE_F32, _VECTOR = 1, 2, 4, 8
-THREADS = 256  # per block (kThreads in kernels/rope/rope.cuh): block.x items, block.y tokens
 BLOCKS_PER_SM = 16
 
 
@@ -45,11 +42,13 @@ def _launch_config(
     tokens: int, items: int, sm_count: int
 ) -> tuple[tuple[int, int], tuple[int, int]]:
     """block.x covers a token's items (a power of two in [32, 256]), block.y the tokens that
-    fill the rest of the block; the grid covers the tokens, capped (the kernel grid-strides)."""
+    fill the rest of the block (threads: the kernel's block size); the grid covers the tokens,
+    capped (the kernel grid-strides)."""
+    threads = _loader.constants(FAMILY)["threads"]
     bx = 32
-    while bx < THREADS and bx < items:
+    while bx < threads and bx < items:
         bx *= 2
-    by = THREADS // bx
+    by = threads // bx
     blocks = min(-(-tokens // by), sm_count * BLOCKS_PER_SM, 2**31 - 1)
     return (max(1, blocks), 1), (bx, by)
 
@@ -58,7 +57,7 @@ def _shapes(a: Args) -> tuple[OutSpec, ...]:
     """Every check; rope writes q and k in place and has no output."""
     op = a.op
     q, k = a.need("q"), a.need("k")
-    check_dtype(op, "q", q, DTYPES)
+    check_dtype(op, "q", q, _loader.dtypes(FAMILY))
     tokens, _, head_dim, _, _ = _heads(op, "q", q)
     if k.dtype != q.dtype:
         raise TypeError(
@@ -114,11 +113,12 @@ def _launch(a: Args) -> list[Launch]:
         and all(s % vec == 0 for s in strides)
         and (rot_dim // 2 if neox else rot_dim) % vec == 0
     )
+    bit = _loader.constants(FAMILY)["flags"]
     flags = (
-        (_NEOX if neox else 0)
-        | (_POS_INT32 if pos.dtype == "int32" else 0)
-        | (_CACHE_F32 if cache.dtype == "f32" else 0)
-        | (_VECTOR if packed else 0)
+        (bit["neox"] if neox else 0)
+        | (bit["pos_int32"] if pos.dtype == "int32" else 0)
+        | (bit["cache_f32"] if cache.dtype == "f32" else 0)
+        | (bit["vector"] if packed else 0)
     )
     pairs_per_item = (vec if neox else vec // 2) if packed else 1
     items = (heads_q + heads_k) * (rot_dim // 2 // pairs_per_item)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import loader as _loader
 from ..arrays import ITEMSIZE
 from ._backward import as_rows, softmax_backward_launch, softmax_backward_shapes
 from ._op import (
@@ -30,12 +31,11 @@ from ._rowwise import check_last_dim, rowwise_config, vectorizable
 __all__ = ["softmax", "softmax_backward"]
 
 FAMILY = "softmax"
-DTYPES = ("f32", "f16", "bf16")
 
 
 def _shapes(a: Args) -> tuple[OutSpec, ...]:
     x = a.need("x")
-    check_dtype(a.op, "x", x, DTYPES)
+    check_dtype(a.op, "x", x, _loader.dtypes(FAMILY))
     check_last_dim(a, tuple(x.shape), "; move that dimension last and pass a contiguous copy")
     row_layout(a.op, "x", x)  # layout checks before anything is allocated
     return (OutSpec(tuple(x.shape), x.dtype),)
