@@ -67,37 +67,22 @@ constexpr int kAtomBytes = 8 * kSwizzleBytes;    // 8 rows: the swizzle pattern 
 constexpr int kMmaKBytes = 32;                   // K of one tcgen05.mma: 16 f16 / 32 8-bit
 constexpr int kTileGroupM = 8;                   // M tiles per L2 group (they share B columns)
 
-// The CuTe spelling of each element type, for the instruction descriptor.
+// The CuTe spelling of each element type, for the instruction descriptor (int8_t is its own).
 template <class T>
-struct CuteType;
-template <>
-struct CuteType<__half> {
-  using type = cute::half_t;
-};
-template <>
-struct CuteType<__nv_bfloat16> {
-  using type = cute::bfloat16_t;
-};
-template <>
-struct CuteType<__nv_fp8_e4m3> {
-  using type = cute::float_e4m3_t;
-};
-template <>
-struct CuteType<__nv_fp8_e5m2> {
-  using type = cute::float_e5m2_t;
-};
-template <>
-struct CuteType<int8_t> {
-  using type = int8_t;
-};
+using CuteType = std::conditional_t<
+    std::is_same_v<T, __half>, cute::half_t,
+    std::conditional_t<std::is_same_v<T, __nv_bfloat16>, cute::bfloat16_t,
+                       std::conditional_t<std::is_same_v<T, __nv_fp8_e4m3>, cute::float_e4m3_t,
+                                          std::conditional_t<std::is_same_v<T, __nv_fp8_e5m2>,
+                                                             cute::float_e5m2_t, T>>>>;
 
 // Per dtype x layout: the tcgen05.mma kind (through its CuTe wrapper), accumulator type and
 // instruction descriptor. kind::f16 for f16/bf16, kind::f8f6f4 for fp8, kind::i8 (s32) for int8.
 template <class T, bool kAMn, bool kBMn>
 struct Mma {
   // a's and b's element types (they differ for mixed fp8 entries, see ak_mixed_t).
-  using EA = typename CuteType<typename Operands<T>::A>::type;
-  using EB = typename CuteType<typename Operands<T>::B>::type;
+  using EA = CuteType<typename Operands<T>::A>;
+  using EB = CuteType<typename Operands<T>::B>;
   static constexpr bool kInt8 = std::is_same_v<T, int8_t>;
   static constexpr bool kFp8 = sizeof(T) == 1 && !kInt8;
   static_assert(sizeof(T) == 2 || (!kAMn && !kBMn), "8-bit operands are K-major only");
