@@ -359,13 +359,16 @@ def test_builds_without_the_xla_extension_refuse_traced_arrays_by_name(
 def _silu_launch(x: Any) -> Any:
     """A launch description of ak_silu_<dtype> written by hand (no op layer involved)."""
     from aotkernels import _jax, device, loader
+    from aotkernels.dtypes import BY_LONG
     from aotkernels.ops._elementwise import elementwise_config
 
     n = x.size
     dev = x.devices().pop().local_hardware_id if hasattr(x, "devices") else 0
-    dt = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[str(x.dtype)]
+    dt = BY_LONG[str(x.dtype)]
     fam = loader.family_on("activation", dev)
-    cfg = elementwise_config(1, n, x.dtype.itemsize, device.device_info(dev).sm_count, 4)
+    c = loader.constants("activation")
+    sms = device.device_info(dev).sm_count
+    cfg = elementwise_config(1, n, x.dtype.itemsize, sms, c["unroll"], c["max_threads"])
     # The family's fields by name (pointers 0: the handler patches them): one row of n.
     fields = {"rows": 1, "cols": n, "x_row_stride": n, "out_row_stride": n}
     slots = {"out": 1, "x": 0}  # args first (x), then rets (y); other pointers null
