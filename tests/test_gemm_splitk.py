@@ -19,6 +19,8 @@ import pytest
 
 import aotkernels as ak
 from aotkernels.ops import gemm
+from helpers.gemm import generator, need_sm90a, poisoned
+from helpers.reference import scaled_mm_ref
 
 # Shapes the table splits (M <= 64, few 64 x 128 tiles, K of at least 64 stages of 128 bytes),
 # with ragged edges: M below 64, N odd (the workspace's padding column), K not a multiple of the
@@ -64,27 +66,8 @@ def test_split_table(
 # --- GPU ----------------------------------------------------------------------------------------
 
 
-def _need_sm90a() -> None:
-    import torch
-
-    if torch.cuda.get_device_capability(0) != (9, 0):
-        pytest.skip("split-K runs on the sm_90a wgmma path (H100/H200) only")
-
-
-def _gen(*key: int) -> Any:
-    import torch
-
-    return torch.Generator(device="cuda").manual_seed(hash(key) & 0x7FFFFFFF)
-
-
 def _splits(dtype: str, m: int, n: int, k: int) -> int:
     return gemm._split_k(dtype, m, n, k, ()).splits
-
-
-def _poisoned(m: int, n: int, dtype: Any) -> Any:
-    import torch
-
-    return torch.full((m, n), float("nan"), device="cuda").to(dtype)
 
 
 @pytest.mark.gpu
@@ -94,15 +77,15 @@ def test_split_bitwise_repeatable(m: int, n: int, k: int, out_dtype: str) -> Non
     """The same inputs twice give the same bits (the reduction order is fixed)."""
     import torch
 
-    _need_sm90a()
+    need_sm90a()
     assert _splits("bf16", m, n, k) > 1
-    g = _gen(m, n, k)
+    g = generator(m, n, k)
     a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
     w = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16)
     odt = getattr(torch, out_dtype)
-    first = ak.matmul(a, w.t(), odt, out=_poisoned(m, n, odt))
+    first = ak.matmul(a, w.t(), odt, out=poisoned((m, n), odt))
     for _ in range(3):
-        again = ak.matmul(a, w.t(), odt, out=_poisoned(m, n, odt))
+        again = ak.matmul(a, w.t(), odt, out=poisoned((m, n), odt))
         assert torch.equal(first, again)
     assert not first.isnan().any()
 
@@ -114,12 +97,12 @@ def test_split_exact_on_integers(m: int, n: int, k: int) -> None:
     the exact product (with a bias)."""
     import torch
 
-    _need_sm90a()
-    g = _gen(m, n, k, 1)
+    need_sm90a()
+    g = generator(m, n, k, 1)
     a = torch.randint(-3, 4, (m, k), device="cuda", generator=g).to(torch.bfloat16)
     b = torch.randint(-3, 4, (n, k), device="cuda", generator=g).to(torch.bfloat16).t()
     bias = torch.randint(-8, 9, (n,), device="cuda", generator=g).to(torch.float32)
-    y = ak.matmul(a, b, torch.float32, bias=bias, out=_poisoned(m, n, torch.float32))
+    y = ak.matmul(a, b, torch.float32, bias=bias, out=poisoned((m, n), torch.float32))
     ref = a.double() @ b.double() + bias.double()
     assert torch.equal(y.double(), ref)
 
@@ -134,8 +117,8 @@ def test_split_vs_unsplit_reference(
     one (mma.sync, forced) both within the f32 accumulation bound of the fp64 reference."""
     import torch
 
-    _need_sm90a()
-    g = _gen(m, n, k, 2)
+    need_sm90a()
+    g = generator(m, n, k, 2)
     av = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
     bv = torch.randn(k, n, device="cuda", generator=g).to(torch.bfloat16)
     a = av.t().contiguous().t() if layout[0] == "m" else av
@@ -143,9 +126,9 @@ def test_split_vs_unsplit_reference(
     ref = av.double() @ bv.double()
     bound = 2**-23 * ref.abs() + k * 2**-24 * (av.double().abs() @ bv.double().abs())
     monkeypatch.delenv("AOTKERNELS_GEMM_PATH", raising=False)
-    split = ak.matmul(a, b, torch.float32, out=_poisoned(m, n, torch.float32))
+    split = ak.matmul(a, b, torch.float32, out=poisoned((m, n), torch.float32))
     monkeypatch.setenv("AOTKERNELS_GEMM_PATH", "mma_sync")
-    unsplit = ak.matmul(a, b, torch.float32, out=_poisoned(m, n, torch.float32))
+    unsplit = ak.matmul(a, b, torch.float32, out=poisoned((m, n), torch.float32))
     for name, y in (("split", split), ("unsplit", unsplit)):
         worst = ((y.double() - ref).abs() - bound).max().item()
         assert worst <= 0, f"{name}: error exceeds the bound by {worst:g}"
@@ -165,27 +148,6 @@ def _fp8_scales(mode: str, m: int, n: int, k: int, g: Any) -> tuple[Any, Any]:
             torch.rand(nb, kb, device="cuda", generator=g) + 0.5)  # fmt: skip
 
 
-def _fp8_ref(a: Any, b: Any, sa: Any, sb: Any, mode: str, bias: Any) -> tuple[Any, Any]:
-    """fp64 (a @ b) * scales + bias, and the same sum over |terms| (for the error bound)."""
-    import torch
-
-    m, k = a.shape
-    n = b.shape[1]
-    ad, bd = a.double(), b.double()
-    if mode != "block":
-        sa_d = sa.double().reshape(-1, 1) if sa.numel() > 1 else sa.double()
-        sb_d = sb.double().reshape(1, -1) if sb.numel() > 1 else sb.double()
-        return (ad @ bd) * sa_d * sb_d + bias.double(), (ad.abs() @ bd.abs()) * sa_d * sb_d
-    ref = torch.zeros(m, n, device="cuda", dtype=torch.float64)
-    mag = torch.zeros_like(ref)
-    for j in range(math.ceil(k / 128)):
-        ks = slice(j * 128, min(k, j * 128 + 128))
-        s = sa[:, j : j + 1].double() * sb[:, j].double().repeat_interleave(128)[:n]
-        ref += (ad[:, ks] @ bd[ks]) * s
-        mag += (ad[:, ks].abs() @ bd[ks].abs()) * s
-    return ref + bias.double(), mag
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["tensor", "rowcol", "block"])
 @pytest.mark.parametrize(("m", "n", "k"), FP8_SPLIT_SHAPES)
@@ -194,19 +156,20 @@ def test_split_fp8_scales(m: int, n: int, k: int, mode: str) -> None:
     the fp8 accumulation bound (2**-9 of the sum of |terms|, plus a bf16 ulp) of fp64."""
     import torch
 
-    _need_sm90a()
+    need_sm90a()
     assert _splits("fp8_e4m3", m, n, k) > 1
-    g = _gen(m, n, k, 3)
+    g = generator(m, n, k, 3)
     a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
     b = torch.randn(n, k, device="cuda", generator=g).to(torch.float8_e4m3fn).t()
     sa, sb = _fp8_scales(mode, m, n, k, g)
     bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
     ys = [
-        ak.scaled_mm(a, b, sa, sb, torch.bfloat16, bias, out=_poisoned(m, n, torch.bfloat16))
+        ak.scaled_mm(a, b, sa, sb, torch.bfloat16, bias, out=poisoned((m, n), torch.bfloat16))
         for _ in range(2)
     ]
     assert torch.equal(ys[0], ys[1])
-    ref, mag = _fp8_ref(a, b, sa, sb, mode, bias)
+    ref = scaled_mm_ref(a, b, sa, sb, bias)
+    mag = scaled_mm_ref(a.float().abs(), b.float().abs(), sa, sb)  # sum of |terms| (scales > 0)
     err = (ys[0].double() - ref).abs()
     worst = (err - 2**-7 * ref.abs() - 2**-9 * mag).max().item()
     assert worst <= 0, f"error exceeds the bound by {worst:g}"
