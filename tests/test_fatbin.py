@@ -485,7 +485,13 @@ def _guarded_plan() -> dict[str, Any]:
         {"symbol": "ak_test_a_only", "op": "a_only", "dtype": "f32", "variant": "v",
          "layout": "", "images": ["sm_90a"]},
     ]  # fmt: skip
-    return {"archs": None, "families_filter": None, "targets": {}, "families": {"guarded": fam}}
+    return {
+        "archs": None,
+        "families_filter": None,
+        "targets": {},
+        "constants": {},
+        "families": {"guarded": fam},
+    }
 
 
 def _write_manifest_tool(plan: dict[str, Any], fatbin: Path, tmp_path: Path) -> Any:

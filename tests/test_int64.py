@@ -529,7 +529,7 @@ class OffsetArray(FakeCudaArray):
 def test_launch_parameters_carry_64_bit_values(monkeypatch: pytest.MonkeyPatch) -> None:
     """Row strides past 2**31 elements and starts past 2**32 bytes (DLPack byte_offset) reach
     every family's parameter block unchanged (CPU: the launch is captured, not run)."""
-    from aotkernels import _core, device, loader
+    from aotkernels import _core, arrays, device, loader
 
     families = {
         name: fake_family(name, "sm_90a" if name == "gemm" else "sm_90")
@@ -559,6 +559,12 @@ def test_launch_parameters_carry_64_bit_values(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(loader, "family_on", family_on)
     monkeypatch.setattr(device, "device_info", lambda index: dev)
     monkeypatch.setattr(_core, "PreparedLaunch", Plan)
+
+    def empty(self: Any, like: Any, shape: Any, dtype: str) -> FakeCudaArray:
+        """matmul's split-K workspace (empty when it does not split): the one allocation here."""
+        return FakeCudaArray(tuple(shape), arrays.dtype_name(dtype), ptr=0x1000)
+
+    monkeypatch.setattr(arrays.Framework, "empty", empty)
     base, off = 0x7F00_0000_0000, 2**33 + 32  # starts 8 GiB + 32 B past the capsule's data
     row = BIG + 8  # elements
 

@@ -255,5 +255,7 @@ def test_rows_cover_every_byte(meta: Meta) -> None:
     assert all(any(a <= b < e for a, e in described) for b in touched)
     if r.n > 1 and r.stride >= r.length:  # disjoint rows of one stride: the array's bytes
         assert sum(e - a for a, e in described) == len(touched)
+    elif r.n > 1:  # rows longer than their stride (a view that overlaps itself): one range
+        assert described[0][0] <= lo and hi <= described[-1][1]
     else:  # one bounding row
         assert described[0][0] <= lo and hi <= described[0][1]

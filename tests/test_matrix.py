@@ -468,8 +468,12 @@ def test_variant_family_needs_each_dtype_somewhere(doc: dict[str, Any]) -> None:
 
 def test_real_constants(real_doc: dict[str, Any]) -> None:
     m = parse_matrix(real_doc)
-    assert m.shared == {"rowwise": {"max_threads": 1024}}
-    assert m.families["norm"].constants["flags"] == {"has_weight": 1, "has_bias": 2, "gemma": 4}
+    assert m.shared == {
+        "rowwise": {"max_threads": 1024},
+        "norms": {"flags": {"has_weight": 1, "has_bias": 2, "gemma": 4}},
+    }
+    assert "flags" not in m.families["norm"].constants  # the shared [constants.norms] bits
+    assert m.families["quant"].constants["e5m2"] == 8
     assert m.families["quant"].constants["fp8_max_e4m3"] == 448.0
     assert m.families["softmax"].constants == {"backward_max_n": 4}
     assert m.families["activation"].constants == {

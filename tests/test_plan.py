@@ -591,7 +591,12 @@ def test_constants_reach_the_header_and_the_plan(matrix: Matrix, tmp_path: Path)
     write_plan(plan, tmp_path, KERNELS_DIR)
     gemm = (tmp_path / "generated" / "gemm_params.h").read_text()
     assert "namespace ak::gemm {" in gemm and "}  // namespace ak::gemm" in gemm
-    assert "enum Flags : int { kAMMajor = 1, kBKMajor = 2, kBias = 4 };" in gemm
+    flags = "kAMMajor = 1, kBKMajor = 2, kBias = 4, kSplitReduce = 8, kTmaStore = 16"
+    assert f"enum Flags : int {{ {flags} }};" in gemm
+    assert (
+        "namespace ak::norms {\nenum Flags : int { kHasWeight = 1, kHasBias = 2, kGemma = 4 };"
+        in gemm
+    )
     assert "enum OutDtype : int { kOutF32 = 0, kOutF16 = 1, kOutBf16 = 2, kOutS32 = 3 };" in gemm
     assert "constexpr int kScaleBlockK = 128;" in gemm
     # Constants several families share go into every family's header.
@@ -602,7 +607,10 @@ def test_constants_reach_the_header_and_the_plan(matrix: Matrix, tmp_path: Path)
     assert "enum Mode : int { kStatic = 0, kPerRow = 1," in quant
 
     data = json.loads((tmp_path / "plan.json").read_text())
-    assert data["constants"] == {"rowwise": {"max_threads": 1024}}
+    assert data["constants"] == {
+        "rowwise": {"max_threads": 1024},
+        "norms": {"flags": {"has_weight": 1, "has_bias": 2, "gemma": 4}},
+    }
     q = data["families"]["quant"]
     assert q["constants"]["mode"]["final"] == 5 and q["constants"]["min_amax"] == 1e-10
     assert q["constants"] == dict(matrix.families["quant"].constants)
