@@ -23,15 +23,8 @@ __all__ = [
     "Framework",
     "dtype_name",
     "framework_of",
-    "split_dtype",
     "stream_handle",
 ]
-
-
-def split_dtype(name: str) -> tuple[str, ...]:
-    """The storage dtypes of an entry's dtype: ``"f16"`` -> ``("f16",)``; a mixed-operand name
-    ``"<a>x<b>"`` (op_dtypes, e.g. ``"fp8_e4m3xfp8_e5m2"``) -> ``(a, b)``."""
-    return tuple(name.split("x")) if "x" in name else (name,)
 
 
 _KDLCUDA = 2

@@ -18,6 +18,7 @@ __all__ = [
     "FP8",
     "ITEMSIZE",
     "LONG_NAMES",
+    "split_dtype",
     "SPELLINGS",
 ]
 
@@ -61,3 +62,9 @@ SPELLINGS = {
     if d.aliases is not None
     for s in (d.long, d.name, *d.aliases)
 }
+
+
+def split_dtype(name: str) -> tuple[str, ...]:
+    """The storage dtypes of an entry's dtype: ``"f16"`` -> ``("f16",)``; a mixed-operand name
+    ``"<a>x<b>"`` (op_dtypes, e.g. ``"fp8_e4m3xfp8_e5m2"``) -> ``(a, b)``."""
+    return tuple(name.split("x")) if "x" in name else (name,)

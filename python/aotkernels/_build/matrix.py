@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..arrays import split_dtype
+from ..dtypes import split_dtype
 
 if sys.version_info >= (3, 11):
     import tomllib

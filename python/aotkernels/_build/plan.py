@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..arrays import split_dtype
+from ..dtypes import split_dtype
 from .matrix import (
     Constant,
     EntrySpec,

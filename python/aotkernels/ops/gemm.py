@@ -69,8 +69,8 @@ import os
 from typing import Any, NamedTuple
 
 from .. import loader as _loader
-from ..arrays import ITEMSIZE, dtype_name, split_dtype
-from ..dtypes import DTYPES, FP8
+from ..arrays import ITEMSIZE, dtype_name
+from ..dtypes import DTYPES, FP8, split_dtype
 from ..errors import NoKernelImageError
 from ._op import (
     Args,
