@@ -353,6 +353,7 @@ TILES = [
 FA3_TILES = [
     Tile("fa3_d64", "fa3", 0, 64, 128, 128, 384, 149504),
     Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 165888),
+    Tile("fa3_d256", "fa3", 0, 256, 128, 64, 384, 198656),
     *TILES,
 ]
 
@@ -605,7 +606,7 @@ def test_fa3_refusals() -> None:
 
     assert dense(meta((2, 300, 8, 64)), meta((2, 300, 8, 64))) is None
     assert "head dim 32" in str(dense(meta((2, 300, 8, 32)), meta((2, 300, 8, 32))))
-    assert "head dim 256" in str(dense(meta((2, 300, 8, 256)), meta((2, 300, 8, 256))))
+    assert dense(meta((2, 300, 8, 256)), meta((2, 300, 8, 256))) is None
     assert "GQA" in str(dense(meta((2, 16, 8, 128)), meta((2, 300, 2, 128))))
     assert dense(meta((2, 33, 8, 128)), meta((2, 300, 2, 128))) is None  # 132 rows per KV head
     bcast = Meta((2, 300, 8, 64), (0, 512, 64, 1), "f16", 16)
@@ -617,7 +618,8 @@ def test_fa3_refusals() -> None:
 
 
 @pytest.mark.parametrize(
-    ("d", "variant"), [(64, "fa3_d64"), (72, "fa3_d128"), (128, "fa3_d128"), (32, "fa2_d64")]
+    ("d", "variant"),
+    [(64, "fa3_d64"), (72, "fa3_d128"), (128, "fa3_d128"), (136, "fa3_d256"), (32, "fa2_d64")],
 )
 def test_fa3_variant_by_head_dim(d: int, variant: str) -> None:
     q = meta((2, 1000, 8, d))
@@ -651,9 +653,9 @@ def test_runner_fa3(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     monkeypatch.setenv(ENV, "fa3")
     with pytest.raises(
-        NotImplementedError, match=r"AOTKERNELS_ATTENTION_PATH=fa3, but head dim 256"
+        NotImplementedError, match=r"AOTKERNELS_ATTENTION_PATH=fa3, but head dim 32"
     ):
-        ak.attention(*qkv(d=256, sq=300))
+        ak.attention(*qkv(d=32, sq=300))
     with pytest.raises(NotImplementedError, match=r"fa3, but decode"):
         ak.attention_decode(
             F((1, 1, 8, 64), ptr=0x100000), F((1, 64, 8, 64), ptr=0x900000),

@@ -1,6 +1,6 @@
 // Attention family: FlashAttention-2 forward on mma.sync (sm_75 .. sm_120a; on sm_90a for what
 // the FlashAttention-3 path of wgmma.cuh does not take: decode, paging, split-KV, head dims below
-// 64 or above 128, operands TMA cannot map), plus the split-KV combine of flash-decoding.
+// 64, operands TMA cannot map), plus the split-KV combine of flash-decoding.
 //
 // Generated entries: AK_ENTRY_FA2(symbol, op, T, V), V the variant's config (d: the compiled head
 // dim, bm x bn: query x key tile, threads). `op` is `attn_fwd` or `attn_combine`. AK_ENTRY_FA3:
