@@ -8,7 +8,6 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
-#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
@@ -16,7 +15,6 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "tensor_map.h"
@@ -98,9 +96,6 @@ void set_driver(uintptr_t launch, uintptr_t ctx_get, uintptr_t ctx_set, uintptr_
       reinterpret_cast<decltype(g_driver.tensor_map_encode)>(tensor_map_encode);
 }
 
-using TensorMapTuple =
-    std::tuple<size_t, size_t, int, uint64_t, uint64_t, uint64_t, unsigned, unsigned>;
-
 // The one launch path. `kernel` is the CUfunction of an entry point in `ctx` (the device's primary
 // context). Everything is fixed but the array pointers: built once per (op, layouts) by the Python
 // op layer after full validation, then called with fresh pointers on every hit, so per-call host
@@ -109,7 +104,7 @@ class PreparedLaunch {
  public:
   PreparedLaunch(std::string name, uintptr_t kernel, uintptr_t ctx, std::vector<unsigned> grid,
                  std::vector<unsigned> block, unsigned smem, nb::bytes params,
-                 std::vector<size_t> ptr_offsets, std::vector<TensorMapTuple> tensor_maps)
+                 std::vector<size_t> ptr_offsets, std::vector<int64_t> tensor_maps)
       : name_(std::move(name)),
         kernel_(reinterpret_cast<CUfunction>(kernel)),
         ctx_(reinterpret_cast<CUcontext>(ctx)),
@@ -123,12 +118,17 @@ class PreparedLaunch {
     for (size_t off : offsets_)
       if (off + sizeof(uintptr_t) > params_.size())
         throw std::invalid_argument("PreparedLaunch: pointer offset outside the parameters");
-    for (const auto& t : tensor_maps) {
+    if (tensor_maps.size() % aotkernels::kTensorMapFields != 0)
+      throw std::invalid_argument("PreparedLaunch: tensor_maps must hold " +
+                                  std::to_string(aotkernels::kTensorMapFields) +
+                                  " values per map, got " + std::to_string(tensor_maps.size()));
+    for (size_t i = 0; i < tensor_maps.size(); i += aotkernels::kTensorMapFields) {
       TensorMapSpec s;
-      std::tie(s.offset, s.ptr_index, s.data_type, s.inner, s.outer, s.row_bytes, s.box_inner,
-               s.box_outer) = t;
-      if (s.offset + sizeof(CUtensorMap) > params_.size() || s.ptr_index >= offsets_.size())
-        throw std::invalid_argument("PreparedLaunch: tensor map outside the parameters");
+      std::string err =
+          aotkernels::decode_tensor_map(tensor_maps.data() + i, params_.size(), offsets_.size(), s);
+      if (!err.empty())
+        throw std::invalid_argument("PreparedLaunch: tensor map " +
+                                    std::to_string(i / aotkernels::kTensorMapFields) + ": " + err);
       maps_.push_back(s);
     }
   }
@@ -170,6 +170,8 @@ class PreparedLaunch {
   void encode(const TensorMapSpec& s) {
     void* address = nullptr;
     std::memcpy(&address, params_.data() + offsets_[s.ptr_index], sizeof(address));
+    std::string err = aotkernels::tensor_map_address_error(address);
+    if (!err.empty()) throw std::invalid_argument(name_ + ": " + err);
     CUresult rc =
         aotkernels::encode_tensor_map(g_driver.tensor_map_encode, s, address, params_.data());
     if (rc != CUDA_SUCCESS) raise_cuda(name_ + ": cuTensorMapEncodeTiled", rc);
@@ -279,14 +281,14 @@ NB_MODULE(_core, m) {
   nb::class_<PreparedLaunch>(m, "PreparedLaunch",
                              "One op's launch with everything fixed but the array pointers.")
       .def(nb::init<std::string, uintptr_t, uintptr_t, std::vector<unsigned>, std::vector<unsigned>,
-                    unsigned, nb::bytes, std::vector<size_t>, std::vector<TensorMapTuple>>(),
+                    unsigned, nb::bytes, std::vector<size_t>, std::vector<int64_t>>(),
            nb::arg("name"), nb::arg("kernel"), nb::arg("ctx"), nb::arg("grid"), nb::arg("block"),
            nb::arg("smem"), nb::arg("params"), nb::arg("ptr_offsets"),
-           nb::arg("tensor_maps").sig("()") = std::vector<TensorMapTuple>(),
+           nb::arg("tensor_maps").sig("()") = std::vector<int64_t>(),
            "`params`: the packed parameter struct; each call patches pointers at `ptr_offsets`.\n"
-           "`tensor_maps`: (param offset, pointer index, CUtensorMapDataType, inner extent,\n"
-           "outer extent, row bytes, box inner, box outer) of each TMA descriptor to re-encode\n"
-           "around its pointer on every launch.")
+           "`tensor_maps`: 18 values per TMA descriptor to re-encode around its pointer on every\n"
+           "launch: param offset, pointer index, CUtensorMapDataType, rank, dims[5] (innermost\n"
+           "first), byte strides[4] (of dims 1..rank-1), box[5].")
       .def("__call__", &PreparedLaunch::operator(),
            nb::sig("def __call__(self, stream: int, /, *ptrs: int) -> None"),
            "Patch `ptrs` (one per pointer offset, or none: the packed ones) into the parameter\n"

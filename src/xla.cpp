@@ -79,8 +79,6 @@ ffi::Error invalid(const std::string& what) {
   return ffi::Error::InvalidArgument("aotkernels launch description: " + what);
 }
 
-constexpr size_t kTensorMapFields = 8;  // one TensorMapSpec, flattened
-
 // The parameter block of one launch: the template with every pointer field set to the address of
 // its operand or result, and the TMA descriptors' specs checked against the block. Shared by the
 // GPU handler and the host-only describe handler, so that the tests without a GPU exercise exactly
@@ -115,21 +113,16 @@ ffi::Error patch(const ffi::RemainingArgs& args, ffi::RemainingRets& rets,
     }
     std::memcpy(block.data() + off, &address, sizeof(address));
   }
-  if (tensor_maps.size() % kTensorMapFields != 0)
-    return invalid("tensor_maps must hold 8 values per map, got " +
+  constexpr size_t kFields = aotkernels::kTensorMapFields;
+  if (tensor_maps.size() % kFields != 0)
+    return invalid("tensor_maps must hold " + std::to_string(kFields) + " values per map, got " +
                    std::to_string(tensor_maps.size()));
   maps.clear();
-  for (size_t i = 0; i < tensor_maps.size(); i += kTensorMapFields) {
-    const int64_t* t = tensor_maps.begin() + i;
-    for (size_t j = 0; j < kTensorMapFields; ++j)
-      if (t[j] < 0) return invalid("tensor map fields must be >= 0");
-    aotkernels::TensorMapSpec s{static_cast<size_t>(t[0]),   static_cast<size_t>(t[1]),
-                                static_cast<int>(t[2]),      static_cast<uint64_t>(t[3]),
-                                static_cast<uint64_t>(t[4]), static_cast<uint64_t>(t[5]),
-                                static_cast<unsigned>(t[6]), static_cast<unsigned>(t[7])};
-    if (s.offset + sizeof(CUtensorMap) > block.size() || s.ptr_index >= slots.size())
-      return invalid("tensor map " + std::to_string(i / kTensorMapFields) +
-                     " outside the parameter block or the pointer fields");
+  for (size_t i = 0; i < tensor_maps.size(); i += kFields) {
+    aotkernels::TensorMapSpec s;
+    std::string err =
+        aotkernels::decode_tensor_map(tensor_maps.begin() + i, block.size(), slots.size(), s);
+    if (!err.empty()) return invalid("tensor map " + std::to_string(i / kFields) + " " + err);
     maps.push_back(s);
   }
   return ffi::Error::Success();
@@ -173,6 +166,8 @@ ffi::Error launch(CUstream stream, int32_t device, ffi::RemainingArgs args, ffi:
   for (const aotkernels::TensorMapSpec& s : maps) {
     void* address = nullptr;
     std::memcpy(&address, param_block.data() + ptr_offsets[s.ptr_index], sizeof(address));
+    std::string err = aotkernels::tensor_map_address_error(address);
+    if (!err.empty()) return invalid(err);
     CUresult rc =
         aotkernels::encode_tensor_map(g_driver.tensor_map_encode, s, address, param_block.data());
     if (rc != CUDA_SUCCESS) return cuda_error("cuTensorMapEncodeTiled", rc);

@@ -7,7 +7,9 @@ mask) v with the mask built explicitly) over Sq, Sk in {1, 17, 128, 1000, 4097},
 GQA 1/4/8, windows, softcap, padded head dims, strided inputs, out= and LSE; varlen with empty
 and length-1 sequences; decode over contiguous and paged caches (scattered pages, lengths not a
 multiple of the page size, split-KV); fully masked rows; NaN propagation; large logits; bitwise
-repeatability; the sm_90a image; compute-sanitizer.
+repeatability; the sm_90a image; compute-sanitizer. Every GPU test runs on each path the GPU
+has (``attn_path``: ``auto`` takes fa3 on sm_90a where the call qualifies, ``fa2`` forces FA2);
+the CPU tests check fa3's eligibility rules and its rank-4 TMA maps as the launch packs them.
 """
 
 from __future__ import annotations
@@ -25,16 +27,20 @@ import pytest
 import aotkernels as ak
 from aotkernels import arrays, loader
 from aotkernels.ops import _op
-from aotkernels.ops._op import Meta
+from aotkernels.ops._op import Meta, TensorMap, pack_tensor_map, tensor_map_problem
 from aotkernels.ops.attention import (
     Tile,
     configure,
     decode_splits,
+    fa3_maps,
+    fa3_refusal,
     validate_decode,
     validate_dense,
+    validate_varlen,
 )
 from helpers.fake_dlpack import FakeCudaArray
 from helpers.fake_family import fake_family
+from helpers.gemm import unflatten
 from helpers.no_launch import Reached as _Reached
 from helpers.no_launch import stop_after_validation
 from helpers.reference import FAMILY_TOLERANCES
@@ -46,6 +52,24 @@ ENV = "AOTKERNELS_ATTENTION_PATH"
 SCRIPTS = Path(__file__).parent / "scripts"
 HEAD_DIMS = [64, 128, 256]
 DTYPES = ["float16", "bfloat16"]
+
+PATHS = ["auto", "fa2"]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """GPU tests run once per path (CPU tests take the default)."""
+    if metafunc.definition.get_closest_marker("gpu") is not None:
+        metafunc.parametrize("attn_path", PATHS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def attn_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``auto``: the op's own choice (fa3 first on sm_90a); ``fa2``: forced."""
+    path = str(getattr(request, "param", "auto"))
+    if path == "fa2":
+        monkeypatch.setenv(ENV, "fa2")
+    return path
+
 
 # (rtol, atol) of outputs against the fp32 reference: reference.FAMILY_TOLERANCES["attention"]
 # says why. The LSE is f32 from unrounded probabilities: scores are exact products of the inputs
@@ -326,6 +350,12 @@ TILES = [
     Tile("fa2_dec_d128", "fa2", 1, 128, 16, 64, 32, 36864),
     Tile("fa2_dec_d256", "fa2", 1, 256, 16, 32, 32, 40960),
 ]
+FA3_TILES = [
+    Tile("fa3_d64", "fa3", 0, 64, 128, 128, 384, 149504),
+    Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 165888),
+    Tile("fa3_d256", "fa3", 0, 256, 128, 64, 384, 198656),
+    *TILES,
+]
 
 
 def meta(shape: tuple[int, ...], dtype: str = "f16") -> Meta:
@@ -349,7 +379,7 @@ def test_variant_by_head_dim(d: int, variant: str) -> None:
     q, kv = meta((2, 100, 8, d)), meta((2, 100, 8, d))
     p = validate_dense(q, kv, kv, False, None, None, None, False)
     cfg = configure(p, (100 * 8 * d, 8 * d, d, 1), TILES)
-    assert cfg.variant == variant
+    assert cfg.tile.name == variant
     assert cfg.fields["scale_log2"] == pytest.approx(math.log2(math.e) / math.sqrt(d))
 
 
@@ -380,7 +410,7 @@ def test_decode_splits_long_context() -> None:
     p = validate_decode(q, kv, kv, lens, None, False, None, None)
     assert p.splits == decode_splits(1, 8, 4, 131072) == 64  # 8 CTAs -> 512
     cfg = configure(p, q.strides, TILES)
-    assert cfg.variant == "fa2_dec_d128" and cfg.splits == 64 and cfg.grid == (1, 8, 64)
+    assert cfg.tile.name == "fa2_dec_d128" and cfg.splits == 64 and cfg.grid == (1, 8, 64)
     assert cfg.fields["flags"] == 2 | 8 | 16  # seqused, split, packed
     assert cfg.combine_grid == 32 and cfg.combine_block == 32 and cfg.fields["acc_split"] == 32
 
@@ -456,6 +486,7 @@ class FakeGpu:
                         "grid": tuple(grid),
                         "block": tuple(block),
                         "smem": smem,
+                        "tmaps": unflatten(tmaps),
                         **fields,
                     }
                 )
@@ -465,6 +496,7 @@ class FakeGpu:
 
 def test_runner_dense_lse(monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = FakeGpu(monkeypatch)
+    monkeypatch.setenv(ENV, "fa2")
     q, k, v = qkv(b=2, sq=300, sk=500, h=8, hkv=2, d=128)
     out, lse = ak.attention(q, k, v, causal=True, return_lse=True)
     (ln,) = gpu.launches
@@ -521,6 +553,114 @@ def test_runner_decode_no_split(monkeypatch: pytest.MonkeyPatch) -> None:
     (ln,) = gpu.launches
     assert ln["o_accum"] == ln["lse_accum"] == 0 and ln["flags"] & 8 == 0
     assert gpu.allocs[1].shape == (0, 64 * 32, 128)
+
+
+# --- CPU: the fa3 path (eligibility, TMA maps) ----------------------------------------------
+
+
+def test_rank_n_tensor_map_packing() -> None:
+    """The flattened form both launch paths decode (src/tensor_map.h): offset, pointer index,
+    data type, rank, dims[5], byte strides[4], box[5], unused entries 1 / 0 / 1."""
+    m = TensorMap("tmap_q", "q", 10, (128, 8, 300, 2), (256, 2048, 614400), (64, 1, 128, 1))
+    assert pack_tensor_map(m, 384, 1) == (
+        384, 1, 10, 4, 128, 8, 300, 2, 1, 256, 2048, 614400, 0, 64, 1, 128, 1, 1,
+    )  # fmt: skip
+    ok = TensorMap("t", "x", 9, (4, 5, 6, 7, 8), (16, 32, 64, 128), (4, 1, 1, 1, 1))
+    assert tensor_map_problem(ok) is None and len(pack_tensor_map(ok, 0, 0)) == 18
+    for bad, why in (
+        (m._replace(strides=(256, 2040, 614400)), "multiples of 16"),
+        (m._replace(strides=(256, 0, 614400)), "multiples of 16"),
+        (m._replace(strides=(256, 2**40, 16)), "below 2\\*\\*40"),
+        (m._replace(dims=(128, 0, 300, 2)), "extents"),
+        (m._replace(box=(64, 1, 300, 1)), "box"),
+        (m._replace(dims=(1,) * 6, strides=(16,) * 5, box=(1,) * 6), "rank 6"),
+    ):
+        assert tensor_map_problem(bad) is not None
+        with pytest.raises(ValueError, match=why):
+            pack_tensor_map(bad, 0, 0)
+
+
+def test_fa3_maps_dense_and_varlen() -> None:
+    q, kv = meta((2, 300, 8, 128), "bf16"), meta((2, 500, 2, 128), "bf16")
+    p = validate_dense(q, kv, kv, True, None, None, None, False)
+    assert fa3_refusal(p) is None
+    mq, mk, mv = fa3_maps(p, 128, 128)
+    assert mq == TensorMap("tmap_q", "q", 9, (128, 8, 300, 2), (256, 2048, 614400), (64, 1, 128, 1))
+    assert mk.dims == (128, 2, 500, 2) and mk.strides == (256, 512, 256000)
+    assert mv.field == "tmap_v" and mv.box == (64, 1, 128, 1)
+    # A [B, H, S, D] tensor seen as [B, S, H, D]: strides in any order; extent-1 dims get the
+    # span below them (their stride never steps, but the driver checks it).
+    qt = Meta((1, 300, 8, 64), (8 * 300 * 64, 64, 300 * 64, 1), "f16", 16)
+    p = validate_dense(qt, qt, qt, False, None, None, None, False)
+    assert fa3_maps(p, 128, 128)[0].strides == (300 * 128, 128, 300 * 128)
+    vq, vk = Meta((50, 8, 64), (512, 64, 1), "f16", 16), Meta((60, 8, 64), (512, 64, 1), "f16", 16)
+    cu = Meta((4,), (1,), "int32", 16)
+    p = validate_varlen(vq, vk, vk, cu, cu, 20, 30, False, None, None, None, False)
+    mq = fa3_maps(p, 128, 128)[0]
+    assert mq.dims == (64, 8, 50, 1) and mq.strides == (128, 1024, 51200)
+
+
+def test_fa3_refusals() -> None:
+    def dense(q: Meta, kv: Meta) -> str | None:
+        return fa3_refusal(validate_dense(q, kv, kv, False, None, None, None, False))
+
+    assert dense(meta((2, 300, 8, 64)), meta((2, 300, 8, 64))) is None
+    assert "head dim 32" in str(dense(meta((2, 300, 8, 32)), meta((2, 300, 8, 32))))
+    assert dense(meta((2, 300, 8, 256)), meta((2, 300, 8, 256))) is None
+    assert "GQA" in str(dense(meta((2, 16, 8, 128)), meta((2, 300, 2, 128))))
+    assert dense(meta((2, 33, 8, 128)), meta((2, 300, 2, 128))) is None  # 132 rows per KV head
+    bcast = Meta((2, 300, 8, 64), (0, 512, 64, 1), "f16", 16)
+    assert "broadcasts" in str(dense(meta((2, 300, 8, 64)), bcast))
+    assert "empty" in str(dense(meta((2, 300, 8, 64)), meta((2, 0, 8, 64))))
+    q, kv = meta((1, 1, 8, 128)), meta((1, 4096, 8, 128))
+    lens = Meta((1,), (1,), "int32", 16)
+    assert "decode" in str(fa3_refusal(validate_decode(q, kv, kv, lens, None, False, None, None)))
+
+
+@pytest.mark.parametrize(
+    ("d", "variant"),
+    [(64, "fa3_d64"), (72, "fa3_d128"), (128, "fa3_d128"), (136, "fa3_d256"), (32, "fa2_d64")],
+)
+def test_fa3_variant_by_head_dim(d: int, variant: str) -> None:
+    q = meta((2, 1000, 8, d))
+    cfg = configure(validate_dense(q, q, q, False, None, None, None, False), q.strides, FA3_TILES)
+    assert cfg.tile.name == variant
+    if variant.startswith("fa3"):
+        assert cfg.grid == (8, 8, 2) and cfg.block == 384 and cfg.fields["flags"] & 16 == 0
+
+
+def test_runner_fa3(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = FakeGpu(monkeypatch)
+    if not any(v["path"] == "fa3" for v in gpu.family.variants.values()):
+        pytest.skip("this build's sm_90a image has no fa3 variants")
+    q, k, v = qkv(b=2, sq=300, sk=500, h=8, hkv=2, d=128)
+    ak.attention(q, k, v, causal=True, return_lse=True)
+    (ln,) = gpu.launches
+    assert ln["symbol"] == "ak_attn_fwd_f16_fa3_d128" and ln["grid"] == (3, 8, 2)
+    assert ln["block"] == (384, 1, 1) and ln["smem"] == 165888 and ln["flags"] == 32
+    off = gpu.family.field_offsets
+    ptr_index = {n: i for i, n in enumerate(gpu.ptr_names)}
+    tq, tk, tv = ln["tmaps"]
+    assert tq[:4] == (off["tmap_q"], ptr_index["q"], 6, 4)  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+    assert tq[4:] == (128, 8, 300, 2, 1, 256, 2048, 614400, 0, 64, 1, 128, 1, 1)
+    assert tk[:2] == (off["tmap_k"], ptr_index["k"]) and tk[4:8] == (128, 2, 500, 2)
+    assert tv[:2] == (off["tmap_v"], ptr_index["v"])
+    gpu.launches.clear()
+    monkeypatch.setenv(ENV, "fa2")
+    ak.attention(q, k, v, causal=True)
+    assert (
+        gpu.launches[-1]["symbol"] == "ak_attn_fwd_f16_fa2_d128" and not gpu.launches[-1]["tmaps"]
+    )
+    monkeypatch.setenv(ENV, "fa3")
+    with pytest.raises(
+        NotImplementedError, match=r"AOTKERNELS_ATTENTION_PATH=fa3, but head dim 32"
+    ):
+        ak.attention(*qkv(d=32, sq=300))
+    with pytest.raises(NotImplementedError, match=r"fa3, but decode"):
+        ak.attention_decode(
+            F((1, 1, 8, 64), ptr=0x100000), F((1, 64, 8, 64), ptr=0x900000),
+            F((1, 64, 8, 64), ptr=0x1900000), F((1,), "int32", ptr=0x3000000),
+        )  # fmt: skip
 
 
 # --- CPU: the torch front end (schemas, fake implementations) --------------------------------
@@ -802,10 +942,65 @@ def test_forced_path_and_image() -> None:
         assert fam.choice.target == "sm_90a"
     os.environ[ENV] = "wgmma"
     try:
-        with pytest.raises(ValueError, match="AOTKERNELS_ATTENTION_PATH must be one of fa2"):
+        with pytest.raises(ValueError, match="AOTKERNELS_ATTENTION_PATH must be one of fa3, fa2"):
             ak.attention(q, q, q)
     finally:
         del os.environ[ENV]
+
+
+@pytest.mark.gpu
+def test_fa3_is_the_default_on_sm90a(attn_path: str) -> None:
+    """On an H200 the auto path really runs fa3 for the calls it takes (so that the GPU tests'
+    ``auto`` runs cover it), and forcing fa3 there gives the same results."""
+    torch = _torch()
+    if torch.cuda.get_device_capability(0) != (9, 0):
+        pytest.skip("fa3 exists in the sm_90a image only")
+    from aotkernels.ops.attention import _tiles
+
+    fam = loader.family_on("attention", 0)
+    q = meta((2, 1000, 8, 128), "bf16")
+    p = validate_dense(q, q, q, True, None, None, None, False)
+    cfg = configure(p, q.strides, _tiles(fam, "bf16"))
+    assert cfg.tile.path == ("fa2" if attn_path == "fa2" else "fa3")
+    if attn_path == "fa2":
+        return
+    x = rand(2, 1000, 8, 128, dtype=torch.bfloat16)
+    auto = ak.attention(x, x, x, causal=True)
+    os.environ[ENV] = "fa3"
+    try:
+        forced = ak.attention(x, x, x, causal=True)
+    finally:
+        del os.environ[ENV]
+    assert torch.equal(auto, forced)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["bhsd", "qkv_packed", "padded_rows"])
+def test_strided_layouts(dtype: str, layout: str) -> None:
+    """Layouts a TMA map takes with strides in any order: [B, H, S, D] storage seen as
+    [B, S, H, D], q / k / v sliced from one packed projection, rows padded past D."""
+    torch = _torch()
+    dt = getattr(torch, dtype)
+    if layout == "bhsd":
+        q, k, v = (rand(2, 4, 333, 128, dtype=dt).transpose(1, 2) for _ in range(3))
+    elif layout == "qkv_packed":
+        qkv_ = rand(2, 333, 3, 4, 64, dtype=dt)
+        q, k, v = qkv_[:, :, 0], qkv_[:, :, 1], qkv_[:, :, 2]
+    else:
+        q, k, v = (rand(2, 333, 4, 136, dtype=dt)[..., :128] for _ in range(3))
+    check(q, k, v, causal=True)
+    check(q, k, v)
+
+
+@pytest.mark.gpu
+def test_misaligned_falls_back() -> None:
+    """A base off 16 bytes cannot be a TMA map (nor an FA2 16-byte load): a clear error."""
+    torch = _torch()
+    buf = rand(2 * 300 * 4 * 64 + 1, dtype=torch.float16)
+    q = buf[1:].view(2, 300, 4, 64)
+    with pytest.raises(ValueError, match=r"q must be 16-byte aligned"):
+        ak.attention(q, q, q)
 
 
 @pytest.mark.gpu
@@ -839,6 +1034,20 @@ def test_varlen(dtype: str, causal: bool, window: Any) -> None:
         )
         torch.testing.assert_close(out[qs].float(), ref[0], **tol(dt))
         torch.testing.assert_close(lse[:, qs], ref_lse[0], **LSE_TOL)
+
+
+@pytest.mark.gpu
+def test_varlen_neighbour_values_never_leak() -> None:
+    """A sequence's last key tile reaches into the next sequence's rows: infinite V values
+    there (probability 0) must not make NaN of this sequence's output."""
+    torch = _torch()
+    lens = [200, 300]
+    cu = torch.tensor([0, 200, 500], dtype=torch.int32, device="cuda")
+    q, k, v = (rand(500, 4, 128, dtype=torch.bfloat16) for _ in range(3))
+    v[200:] = float("inf")
+    out = ak.attention_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=True)
+    ref, _ = reference(q[None, :200], k[None, :200], v[None, :200], causal=True)
+    torch.testing.assert_close(out[:200].float(), ref[0], **tol(torch.bfloat16))
 
 
 def _paged(k: Any, v: Any, lens: list[int], page: int, gen: Any) -> tuple[Any, Any, Any]:
@@ -913,7 +1122,7 @@ def test_compute_sanitizer_clean(tool: str) -> None:
     API errors are not reported: cuda-python probes optional entry points at import, and each
     probe the driver lacks would count as an error that is none of the kernels'."""
     sanitizer = sanitizer_or_skip()
-    env = {k: v for k, v in os.environ.items() if k != ENV}
+    env = dict(os.environ)  # the forced path (attn_path) included
     env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
     proc = subprocess.run(
         [

@@ -26,6 +26,7 @@ from helpers.gemm import (
     FakeGpu,
     ab,
     f32,
+    map2,
     mat,
 )
 
@@ -184,19 +185,19 @@ def test_packed_tensor_maps(fake_gpu: FakeGpu) -> None:
     m, n, k = 4096, 2048, 1024
     ak.matmul(*_bf16(m, n, k, "kn"))  # 128x256 tiles, bf16: BK = 64
     a_map, b_map, d_map = fake_gpu.last.tmaps
-    assert a_map == (128, 1, 9, k, m, 2 * k, 64, 128)
-    assert b_map == (256, 2, 9, n, k, 2 * n, 64, 64)
-    assert d_map == (384, 0, 9, n, m, 2 * n, 64, 64)  # the TMA-store epilogue's 64 x 64 boxes
+    assert a_map == map2(128, 1, 9, k, m, 2 * k, 64, 128)
+    assert b_map == map2(256, 2, 9, n, k, 2 * n, 64, 64)
+    assert d_map == map2(384, 0, 9, n, m, 2 * n, 64, 64)  # the TMA-store epilogue's 64 x 64 boxes
     assert fake_gpu.last.fields["flags"] & 16
     ak.matmul(*_bf16(m, n, k, "mk"))
     a_map, b_map, _ = fake_gpu.last.tmaps
-    assert a_map == (128, 1, 9, m, k, 2 * m, 64, 64)
-    assert b_map == (256, 2, 9, k, n, 2 * k, 64, 256)
+    assert a_map == map2(128, 1, 9, m, k, 2 * m, 64, 64)
+    assert b_map == map2(256, 2, 9, k, n, 2 * k, 64, 256)
     fa, fb = ab(m, n, k, "float8_e4m3fn", "kk")
     ak.scaled_mm(fa, fb, out_dtype="float16")
     a_map, b_map, _ = fake_gpu.last.tmaps
-    assert a_map == (128, 1, 0, k, m, k, 128, 128)
-    assert b_map == (256, 2, 0, k, n, k, 128, 256)
+    assert a_map == map2(128, 1, 0, k, m, k, 128, 128)
+    assert b_map == map2(256, 2, 0, k, n, k, 128, 256)
     assert fake_gpu.last.fields["out_dtype"] == 1
 
 
@@ -286,8 +287,8 @@ def test_batched_contiguous_one_wgmma_launch(fake_gpu: FakeGpu) -> None:
     assert (f["m"], f["n"], f["k"], f["lda"], f["ldb"], f["ldd"]) == (m, n, k, k, n, n)
     assert launch.symbol == "ak_matmul_bf16_wg_64x128_kn"
     a_map, b_map = launch.tmaps
-    assert a_map[3:5] == (k, 2 * m + m)  # K-major a: rows of the next matrices
-    assert b_map[3:5] == (n, 2 * k + k)  # N-major b: K rows (K % 64 == 0: no partial stage)
+    assert a_map[4:6] == (k, 2 * m + m)  # K-major a: rows of the next matrices
+    assert b_map[4:6] == (n, 2 * k + k)  # N-major b: K rows (K % 64 == 0: no partial stage)
     tiles = bsz * 5 * 2  # 64 x 128 tiles
     assert launch.grid == (tiles, 1, 1)
 

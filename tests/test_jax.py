@@ -200,7 +200,11 @@ def test_describe_null_slot_and_eager_call() -> None:
         ({"ptr_offsets": (0, 44)}, "pointer offset 44 outside the 48-byte parameter block"),
         ({"grid": (1, 1)}, "grid must have 3 dimensions"),
         ({"block": (0, 1, 1)}, "block out of range"),
-        ({"tensor_maps": ((0, 0, 0, 1, 1, 1, 1, 1),)}, "tensor map 0 outside the parameter block"),
+        (
+            {"tensor_maps": ((0, 0, 0, 1, 1, 1, 1, 1),)},
+            "tensor_maps must hold 18 values per map, got 8",
+        ),
+        ({"tensor_maps": ((0, 0, 0, 2) + (1,) * 14,)}, "tensor map 0 outside the parameter block"),
     ],
 )
 def test_describe_rejects_bad_descriptions(fields: dict[str, Any], message: str) -> None:

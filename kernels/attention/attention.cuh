@@ -1,8 +1,10 @@
-// Attention family: FlashAttention-2 forward on mma.sync (sm_75 .. sm_120a, and Hopper until a
-// wgmma path exists), plus the split-KV combine of flash-decoding.
+// Attention family: FlashAttention-2 forward on mma.sync (sm_75 .. sm_120a; on sm_90a for what
+// the FlashAttention-3 path of wgmma.cuh does not take: decode, paging, split-KV, head dims below
+// 64, operands TMA cannot map), plus the split-KV combine of flash-decoding.
 //
 // Generated entries: AK_ENTRY_FA2(symbol, op, T, V), V the variant's config (d: the compiled head
-// dim, bm x bn: query x key tile, threads). `op` is `attn_fwd` or `attn_combine`.
+// dim, bm x bn: query x key tile, threads). `op` is `attn_fwd` or `attn_combine`. AK_ENTRY_FA3:
+// the sm_90a variants (attn_fwd only).
 //
 // attn_fwd, one CTA per (query tile, head slot, batch x split):
 //  * Every warp owns 16 * kMT query rows (kMT = 2 in the prefill tiles of d <= 128: each K / V
@@ -520,6 +522,18 @@ __device__ __forceinline__ void combine(const P& p) {
 }
 
 }  // namespace ak::attention
+
+// The sm_90a path is only included in the device pass that instantiates it.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#include "wgmma.cuh"
+
+// fa3 variants serve attn_fwd alone (arch_matrix.toml: ops = ["attn_fwd"]).
+#define AK_ENTRY_FA3(symbol, op, T, V)                        \
+  extern "C" __global__ void __launch_bounds__(V::threads, 1) \
+      symbol(const __grid_constant__ ak_attention_params p) { \
+    ak::attention::fa3::Fwd<T, V>::run(p);                    \
+  }
+#endif
 
 // One macro per op, so a single variant list serves both (the combine only reads V::d and
 // V::threads from it).

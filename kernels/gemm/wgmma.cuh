@@ -40,131 +40,19 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ak/hopper.cuh"
 #include "epilogue.cuh"
 
 namespace ak::gemm::wg {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-// ---- shared-memory barriers and TMA ---------------------------------------------------------
+// ---- shared-memory addresses (the barrier, TMA and wgmma helpers are ak/hopper.cuh's) ----
 
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
 
-__device__ __forceinline__ void bar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void bar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-
-// The producer's own arrival, announcing the bytes the stage's TMA boxes will complete.
-__device__ __forceinline__ void bar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-// One 2-D box of `map` at element coordinates (inner, outer) into shared memory at dst.
-__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                         int32_t inner, int32_t outer) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(inner), "r"(outer)
-      : "memory");
-}
-
-// A 2-D box of `map` at (inner, outer) from shared memory at src (bulk-group completion).
-__device__ __forceinline__ void tma_store(const CUtensorMap* map, uint32_t src, int32_t inner,
-                                          int32_t outer) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(src), "r"(inner), "r"(outer)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit() {
-  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-// This thread's bulk stores have read their shared memory (kRead) or completed.
-template <bool kRead>
-__device__ __forceinline__ void bulk_wait() {
-  if constexpr (kRead) {
-    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-  } else {
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-  }
-}
-
-// ---- wgmma ---------------------------------------------------------------------------------
-
-// Shared-memory matrix descriptor of a 128B-swizzled operand at byte address `addr` (1024-byte
-// aligned swizzle atoms, so base_offset stays 0). K-major: sbo = stride between 8-row groups, lbo
-// unused. MN-major: lbo = stride between 64-element MN blocks, sbo = stride between 8-row K groups.
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | static_cast<uint64_t>(lbo >> 4) << 16 |
-         static_cast<uint64_t>(sbo >> 4) << 32 | 1ull << 62;  // layout type 1: SWIZZLE_128B
-}
-
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
-}
-
-// The wgmma asm statements look synchronous to the compiler; these empty asm statements pin the
-// accumulator registers so no read or write of them moves across a fence / wait.
-template <class Acc, int kN>
-__device__ __forceinline__ void fence_acc(Acc (&d)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    if constexpr (std::is_same_v<Acc, float>) {
-      asm volatile("" : "+f"(d[i])::"memory");
-    } else {
-      asm volatile("" : "+r"(d[i])::"memory");
-    }
-  }
-}
-
-#define AK_WG_D64                                                                    \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"           \
-  " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
-  " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
-  " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define AK_WG_D128                                                                       \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"               \
-  " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"     \
-  " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"     \
-  " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"     \
-  " %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"     \
-  " %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"     \
-  " %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109,"     \
-  " %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123," \
-  " %124, %125, %126, %127}"
-#define AK_WG_ACC8(C, i) \
-  C(d[i]), C(d[i + 1]), C(d[i + 2]), C(d[i + 3]), C(d[i + 4]), C(d[i + 5]), C(d[i + 6]), C(d[i + 7])
-#define AK_WG_ACC64(C, i)                                                               \
-  AK_WG_ACC8(C, i), AK_WG_ACC8(C, i + 8), AK_WG_ACC8(C, i + 16), AK_WG_ACC8(C, i + 24), \
-      AK_WG_ACC8(C, i + 32), AK_WG_ACC8(C, i + 40), AK_WG_ACC8(C, i + 48), AK_WG_ACC8(C, i + 56)
 #define AK_WG_ACC_N128(C) AK_WG_ACC64(C, 0)
 #define AK_WG_ACC_N256(C) AK_WG_ACC64(C, 0), AK_WG_ACC64(C, 64)
 // One wgmma with accumulators d, descriptors a / b and scale_d (0: d = a * b, else d += a * b).
@@ -234,10 +122,6 @@ __device__ __forceinline__ void mma(AccT<T> (&d)[kN / 2], uint64_t a, uint64_t b
 #undef AK_WG_MMA
 #undef AK_WG_ACC_N256
 #undef AK_WG_ACC_N128
-#undef AK_WG_ACC64
-#undef AK_WG_ACC8
-#undef AK_WG_D128
-#undef AK_WG_D64
 
 // ---- the kernel ----------------------------------------------------------------------------
 

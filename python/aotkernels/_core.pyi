@@ -33,12 +33,12 @@ def empty(ctx: int, device_id: int, shape: Sequence[int], code: int, bits: int, 
 class PreparedLaunch:
     """One op's launch with everything fixed but the array pointers."""
 
-    def __init__(self, name: str, kernel: int, ctx: int, grid: Sequence[int], block: Sequence[int], smem: int, params: bytes, ptr_offsets: Sequence[int], tensor_maps: Sequence[tuple[int, int, int, int, int, int, int, int]] = ()) -> None:
+    def __init__(self, name: str, kernel: int, ctx: int, grid: Sequence[int], block: Sequence[int], smem: int, params: bytes, ptr_offsets: Sequence[int], tensor_maps: Sequence[int] = ()) -> None:
         """
         `params`: the packed parameter struct; each call patches pointers at `ptr_offsets`.
-        `tensor_maps`: (param offset, pointer index, CUtensorMapDataType, inner extent,
-        outer extent, row bytes, box inner, box outer) of each TMA descriptor to re-encode
-        around its pointer on every launch.
+        `tensor_maps`: 18 values per TMA descriptor to re-encode around its pointer on every
+        launch: param offset, pointer index, CUtensorMapDataType, rank, dims[5] (innermost
+        first), byte strides[4] (of dims 1..rank-1), box[5].
         """
 
     def __call__(self, stream: int, /, *ptrs: int) -> None:

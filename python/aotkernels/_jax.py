@@ -144,9 +144,9 @@ class LaunchDescription:
     """One kernel launch as the FFI handler reads it (the custom call's attributes).
 
     ``slots[i]`` names the buffer of pointer field ``i``: an index into the call's operands
-    followed by its results, or -1 for a null pointer. ``tensor_maps`` holds 8 values per TMA
-    descriptor: parameter offset, pointer-field index, CUtensorMapDataType, inner extent, outer
-    extent, row bytes, box inner, box outer.
+    followed by its results, or -1 for a null pointer. ``tensor_maps`` holds 18 values per TMA
+    descriptor (``ops._op.pack_tensor_map``): parameter offset, pointer-field index,
+    CUtensorMapDataType, rank, dims[5], byte strides[4], box[5].
     """
 
     kernel: str  # "family/symbol", as published to _xla (kernel_name)

@@ -39,6 +39,23 @@ class Launch(NamedTuple):
 OUT_PTR = 0x7000000  # where the fake allocator puts outputs
 
 
+def unflatten(tmaps: Any) -> list[tuple[int, ...]]:
+    """PreparedLaunch's flat tensor-map values, one tuple per descriptor (pack_tensor_map)."""
+    flat = list(tmaps)
+    assert len(flat) % _MAP_FIELDS == 0
+    return [tuple(flat[i : i + _MAP_FIELDS]) for i in range(0, len(flat), _MAP_FIELDS)]
+
+
+def map2(offset: int, index: int, dtype: int, inner: int, outer: int, row_bytes: int,
+         box_inner: int, box_outer: int) -> tuple[int, ...]:  # fmt: skip
+    """The packed form of a rank-2 map (what the GEMM kernels read), for comparisons."""
+    return (offset, index, dtype, 2, inner, outer, 1, 1, 1, row_bytes, 0, 0, 0,
+            box_inner, box_outer, 1, 1, 1)  # fmt: skip
+
+
+_MAP_FIELDS = 18  # src/tensor_map.h kTensorMapFields
+
+
 class FakeGpu:
     """family_on, the allocator and _core.PreparedLaunch replaced: calls run to the launch, which is
     recorded with its decoded parameter block."""
@@ -78,7 +95,7 @@ class FakeGpu:
                 # What the kernel receives: the packed block with this call's pointers patched in.
                 fields = {**packed, **dict(zip(ptr_names, ptrs, strict=False))}
                 rec.append(
-                    Launch(symbol, tuple(grid), tuple(block), smem, fields, list(tmaps), ptrs)
+                    Launch(symbol, tuple(grid), tuple(block), smem, fields, unflatten(tmaps), ptrs)
                 )
 
         return Plan()

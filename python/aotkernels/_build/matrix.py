@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,7 @@ _IDENT_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 LAYOUTS = ("any", "kk", "kn", "mk", "mn")
 
 
-_VARIANT_KEYS = {"path", "requires", "layouts", "byte_layouts"}
+_VARIANT_KEYS = {"path", "requires", "layouts", "byte_layouts", "ops"}
 
 
 class MatrixError(ValueError):
@@ -94,6 +94,7 @@ class Variant:
     constants: tuple[tuple[str, int], ...]  # become `static constexpr int` members
     layouts: tuple[str, ...]
     byte_layouts: tuple[str, ...]
+    ops: tuple[str, ...] = ()  # the family's ops this variant serves (empty: all of them)
 
     def layouts_for(self, dtype_bytes: int) -> tuple[str, ...]:
         return self.byte_layouts if dtype_bytes == 1 else self.layouts
@@ -159,6 +160,8 @@ class Family:
                 parts = split_dtype(dt)
                 dt_req = frozenset(f for part in parts for f in dreq.get(part, ()))
                 for v in self.variants:
+                    if v.ops and op not in v.ops:
+                        continue
                     for lay in v.layouts_for(dtypes[parts[0]].bytes):
                         name = v.name if lay == "any" else f"{v.name}_{lay}"
                         req = frozenset(v.requires) | dt_req
@@ -359,7 +362,7 @@ def _parse_family(
         if dt not in dtypes:
             raise MatrixError(f"{where}.dtypes: unknown dtype {dt!r} (known: {', '.join(dtypes)})")
     fam_targets, requires = _resolve_family_targets(where, spec, targets, features)
-    variants = _parse_variants(where, spec, features)
+    variants = _parse_variants(where, spec, features, ops)
     for dt in fam_dtypes:
         missing = [t for t in fam_targets if t not in dtypes[dt].targets]
         # A family with variants builds each entry only where its dtype exists; any other
@@ -493,7 +496,7 @@ def _parse_op_map(
 
 
 def _parse_variants(
-    where: str, spec: Mapping[str, Any], features: Mapping[str, str]
+    where: str, spec: Mapping[str, Any], features: Mapping[str, str], fam_ops: Sequence[str]
 ) -> tuple[Variant, ...]:
     raw = spec.get("variants", {})
     if not isinstance(raw, dict):
@@ -515,6 +518,10 @@ def _parse_variants(
         for lay in layouts + byte_layouts:
             if lay not in LAYOUTS:
                 raise MatrixError(f"{vw}.layouts: expected one of {LAYOUTS}, got {lay!r}")
+        ops = _str_list(v.get("ops", []), f"{vw}.ops")
+        for op in ops:
+            if op not in fam_ops:
+                raise MatrixError(f"{vw}.ops: {op!r} is not one of the family's ops {list(fam_ops)}")
         constants = []
         for key, val in v.items():
             if key in _VARIANT_KEYS:
@@ -523,7 +530,10 @@ def _parse_variants(
                 raise MatrixError(f"{vw}.{key}: expected an integer constant, got {val!r}")
             constants.append((key, val))
         out.append(
-            Variant(name, path, tuple(req), tuple(constants), tuple(layouts), tuple(byte_layouts))
+            Variant(
+                name, path, tuple(req), tuple(constants), tuple(layouts), tuple(byte_layouts),
+                tuple(ops),
+            )
         )
     return tuple(out)
 

@@ -4,12 +4,15 @@
 beside SDPA and the device copy, contiguous and paged (64-token pages); ak.attention_varlen on a
 mixed batch beside SDPA flash on the batch padded to its longest sequence. The first case of
 each set (the shortest sequences, whose fp32 reference fits in memory) is checked against
-``reference.attention``; every forward row also reports its ``rel_err`` against SDPA flash."""
+``reference.attention``; every forward row also reports its ``rel_err`` against SDPA flash, and
+on GPUs with a second path (sm_90a: fa3 by default) our FA2 path forced
+(``AOTKERNELS_ATTENTION_PATH=fa2``) in the same run: ``fa2_TFLOPS`` and ``vs_fa2``."""
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -73,6 +76,9 @@ def forward_row(
     notes = [f"ours failed: {why}"] if why else []
     t_ours = None if why else median_ms(ours, reps, rounds=2)
     row["ours_TFLOPS"] = flops / t_ours / 1e9 if t_ours else None
+    t_fa2 = _forced_fa2(ours, reps) if t_ours else None
+    row["fa2_TFLOPS"] = flops / t_fa2 / 1e9 if t_fa2 else None
+    row["vs_fa2"] = t_fa2 / t_ours if t_fa2 and t_ours else None
     for name, backend in _anchors().items():
         fn = _sdpa(torch, backend, q, k, v, causal)
         ref, why_a = probe(fn)
@@ -88,6 +94,22 @@ def forward_row(
     row.setdefault("rel_err", None)
     row["note"] = "; ".join(notes)
     return row
+
+
+def _forced_fa2(ours: Callable[[int], Any], reps: int) -> float | None:
+    """Our time with the FA2 path forced (the op's cache keys on the variable)."""
+    from ..ops.attention import ENV
+
+    old = os.environ.get(ENV)
+    os.environ[ENV] = "fa2"
+    try:
+        _, why = probe(ours)
+        return None if why else median_ms(ours, reps, rounds=2)
+    finally:
+        if old is None:
+            del os.environ[ENV]
+        else:
+            os.environ[ENV] = old
 
 
 def decode_row(

@@ -51,10 +51,14 @@ __all__ = [
     "check_dtype",
     "check_vector",
     "pack_launch",
+    "pack_tensor_map",
     "parse_dtype",
+    "tensor_map_2d",
+    "tensor_map_problem",
 ]
 
 REGISTRY: dict[str, Op] = {}  # every declared op by name, in declaration order
+MAX_TENSOR_MAP_RANK = 5  # cuTensorMapEncodeTiled's tiled maps (src/tensor_map.h)
 
 
 # --- declarations -------------------------------------------------------------------------------
@@ -155,16 +159,55 @@ class Meta(NamedTuple):
 
 
 class TensorMap(NamedTuple):
-    """A TMA descriptor the launch encodes around the pointer of ``ptr_field`` on every call."""
+    """A TMA descriptor the launch encodes around the pointer of ``ptr_field`` on every call: the
+    operand as a rank-N array (N <= 5), ``dims`` in elements innermost (unit-stride) first,
+    ``strides`` the byte strides of dims 1..N-1, ``box`` the elements each copy moves per dim."""
 
     field: str  # the ``tmap`` parameter it fills
     ptr_field: str
     data_type: int  # CUtensorMapDataType
-    inner: int
-    outer: int
-    row_bytes: int
-    box_inner: int
-    box_outer: int
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
+
+
+def tensor_map_2d(
+    field: str, ptr_field: str, data_type: int, inner: int, outer: int, row_bytes: int,
+    box_inner: int, box_outer: int,
+) -> TensorMap:  # fmt: skip
+    """A matrix [outer, inner] with rows ``row_bytes`` apart (the GEMM family's maps)."""
+    return TensorMap(
+        field, ptr_field, data_type, (inner, outer), (row_bytes,), (box_inner, box_outer)
+    )
+
+
+def tensor_map_problem(m: TensorMap) -> str | None:
+    """What the driver would refuse in ``m`` (the launch paths check it again), or None: the
+    rank, extents in [1, 2**32], byte strides that are positive multiples of 16 below 2**40,
+    boxes in [1, 256]. The base address is checked at launch (16-byte aligned)."""
+    rank = len(m.dims)
+    if not 1 <= rank <= MAX_TENSOR_MAP_RANK or len(m.box) != rank or len(m.strides) != rank - 1:
+        return f"rank {rank} with {len(m.strides)} strides and {len(m.box)} box sizes"
+    if any(not 1 <= d <= 2**32 for d in m.dims):
+        return f"extents {m.dims} outside [1, 2**32]"
+    if any(s <= 0 or s % 16 or s >= 2**40 for s in m.strides):
+        return f"byte strides {m.strides} not positive multiples of 16 below 2**40"
+    if any(not 1 <= b <= 256 for b in m.box):
+        return f"box {m.box} outside [1, 256]"
+    return None
+
+
+def pack_tensor_map(m: TensorMap, offset: int, ptr_index: int) -> tuple[int, ...]:
+    """The flattened form both launch paths decode (src/tensor_map.h, kTensorMapFields): offset,
+    pointer index, data type, rank, dims[5], strides[4], box[5], unused entries 1 / 0 / 1."""
+    bad = tensor_map_problem(m)
+    if bad is not None:
+        raise ValueError(f"tensor map {m.field}: {bad}")
+    pad = MAX_TENSOR_MAP_RANK - len(m.dims)
+    return (
+        offset, ptr_index, m.data_type, len(m.dims), *m.dims, *(1,) * pad, *m.strides,
+        *(0,) * pad, *m.box, *(1,) * pad,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -481,9 +524,8 @@ class PackedLaunch(NamedTuple):
 
     params: bytes  # the family's parameter block, zeros at pointer fields
     pointers: tuple[str | None, ...]  # per pointer field: the array it takes, by name (None: null)
-    # per TMA descriptor: param offset, pointer-field index, CUtensorMapDataType, inner, outer,
-    # row bytes, box inner, box outer
-    tensor_maps: tuple[tuple[int, int, int, int, int, int, int, int], ...]
+    # per TMA descriptor, flattened (pack_tensor_map)
+    tensor_maps: tuple[tuple[int, ...], ...]
 
 
 def pack_launch(fam: Any, ln: Launch) -> PackedLaunch:
@@ -503,16 +545,7 @@ def pack_launch(fam: Any, ln: Launch) -> PackedLaunch:
     assert not unknown, f"{ln.symbol}: unknown parameter fields {sorted(unknown)}"
     ptr_fields = [n for n, t in fam.param_fields if t == "ptr"]
     maps = tuple(
-        (
-            fam.field_offsets[m.field],
-            ptr_fields.index(m.ptr_field),
-            m.data_type,
-            m.inner,
-            m.outer,
-            m.row_bytes,
-            m.box_inner,
-            m.box_outer,
-        )
+        pack_tensor_map(m, fam.field_offsets[m.field], ptr_fields.index(m.ptr_field))
         for m in ln.tensor_maps
     )
     return PackedLaunch(fam.params.pack(*values), tuple(pointers), maps)
@@ -538,7 +571,7 @@ def _compile_launches(op: Op, launches: Sequence[Launch], device: int) -> tuple[
             ln.smem,
             packed.params,
             fam.ptr_offsets,
-            list(packed.tensor_maps),
+            [v for m in packed.tensor_maps for v in m],
         )
         prepared.append((launch, packed.pointers))
     return tuple(prepared)

@@ -1,11 +1,13 @@
 """Attention forward: ``attention`` (dense), ``attention_varlen`` (packed) and ``attention_decode``
 (KV cache, contiguous or paged, split-KV), f16 / bf16 with f32 accumulation.
 
-One kernel template serves the three ops (arch_matrix.toml, [families.attention]): the
-FlashAttention-2 design on mma.sync, built for sm_75 (f16 only) .. sm_120a and compute_80 PTX.
+Two kernel templates serve the three ops (arch_matrix.toml, [families.attention]): the
+FlashAttention-2 design on mma.sync, built for sm_75 (f16 only) .. sm_120a and compute_80 PTX,
+and on sm_90a the FlashAttention-3 design (TMA, wgmma, warp specialization) for prefill.
 Causal masks, sliding windows, softcap, GQA packing, paging and split-KV are run-time flags; the
-compiled head dims are the variants (64, 128, 256), and a head dim d (a multiple of 8 up to 256)
-runs the smallest variant with d' >= d, the loads zero-filling the columns past d.
+compiled head dims are the variants (FA2 and FA3: 64, 128, 256), and a head dim d (a
+multiple of 8 up to 256) runs the smallest variant with d' >= d, the loads zero-filling the
+columns past d.
 
 Each op is one declaration (``ops/_op.py``): ``attention`` / ``attention_lse``,
 ``attention_varlen`` / ``attention_varlen_lse`` (the ``_lse`` ops also return the log-sum-exp)
@@ -19,9 +21,10 @@ and ``attention_decode`` (with its split-KV workspace as hidden outputs). Their 
 
 Variant choice (``_pick``): the first variant of ``_PATH_ORDER`` present in the loaded image
 whose d is at least the head dim (decode tiles for ``attention_decode``, prefill tiles
-otherwise). ``AOTKERNELS_ATTENTION_PATH`` forces a path (tests run every path a GPU can run);
-today ``fa2`` is the only one: an sm_90a wgmma path is one more variant in the matrix and one
-more entry of ``_PATH_ORDER``.
+otherwise), fa3 only for the calls it takes (``fa3_refusal``: ``attention`` / ``attention_varlen``
+with head dims 64 .. 256, operands a TMA map can describe, no GQA group short enough for FA2 to
+pack; decode, paging and split-KV always run FA2). ``AOTKERNELS_ATTENTION_PATH`` forces a path:
+``fa2``, or ``fa3``, which raises for a call fa3 cannot take (tests run every path a GPU can run).
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from typing import Any, NamedTuple
 
 from .. import loader as _loader
 from ..arrays import dtype_name
+from ..dtypes import DTYPES
 from ..errors import NoKernelImageError
+from . import _op
 from ._op import Args, Attr, Launch, Meta, Op, Output, OutSpec, Tensor
 
 __all__ = [
@@ -45,6 +50,8 @@ __all__ = [
     "attention_varlen",
     "configure",
     "decode_splits",
+    "fa3_maps",
+    "fa3_refusal",
     "validate_decode",
     "validate_dense",
     "validate_varlen",
@@ -52,8 +59,10 @@ __all__ = [
 
 FAMILY = "attention"
 ENV = "AOTKERNELS_ATTENTION_PATH"
-# Paths in order of preference; a wgmma path for sm_90a goes first once it exists.
-_PATH_ORDER = ("fa2",)
+# Paths in order of preference (fa3 exists only in sm_90a images).
+_PATH_ORDER = ("fa3", "fa2")
+_FA3_BOX = 64  # head-dim columns per TMA box (128 bytes: the swizzle span)
+_PACK_ROWS = 128  # FA2's prefill tiles: a GQA group with sq * group <= this is packed
 _MAX_SEQ = 2**31 - 1  # sequence positions are 32-bit in the kernel
 _UNBOUNDED = 2**62  # a window side without a limit
 _MAX_GRID_YZ = 65535
@@ -102,10 +111,11 @@ class Problem(NamedTuple):
     page_size: int = 0
     bt_sb: int = 0
     splits: int = 1  # decode: split-KV factor (the workspace holds this many partials)
+    rows: tuple[int, int] = (0, 0)  # rows of q and k along their sequence dim (varlen: totals)
 
 
 class Config(NamedTuple):
-    variant: str
+    tile: Tile
     fields: dict[str, int | float]  # every non-pointer kernel parameter, by name
     grid: tuple[int, int, int]
     block: int
@@ -265,7 +275,7 @@ def validate_dense(
     flags |= _flag("write_lse") if return_lse else 0
     return Problem(
         op, q.dtype, b, sq, sk, h, hkv, d, _strides3(q), _strides3(k), _strides3(v), win,
-        scale_log2, pre, flags, tuple(q.shape), (b, h, sq), (h * sq, sq),
+        scale_log2, pre, flags, tuple(q.shape), (b, h, sq), (h * sq, sq), rows=(sq, sk),
     )  # fmt: skip
 
 
@@ -313,6 +323,7 @@ def validate_varlen(
     return Problem(
         op, q.dtype, nb - 1, max_seqlen_q, max_seqlen_k, h, hkv, d, _strides3(q), _strides3(k),
         _strides3(v), win, scale_log2, pre, flags, tuple(q.shape), (h, total_q), (0, total_q),
+        rows=(total_q, k.shape[0]),
     )  # fmt: skip
 
 
@@ -392,6 +403,57 @@ def validate_decode(
 # --- configuration (pure: a Problem, the output layout, the loaded variants) ------------------
 
 
+def fa3_maps(p: Problem, bm: int, bn: int) -> tuple[_op.TensorMap, ...]:
+    """The fa3 kernel's TMA maps of q, k and v: (d, heads, rows, batch), byte strides from the
+    element strides (varlen: a unit batch over the packed rows). A dimension of extent 1 never
+    steps, so its stride is replaced by the span below it (the driver wants multiples of 16)."""
+    varlen = bool(p.flags & _flag("varlen"))
+    maps = []
+    for name, st, heads, rows, box in (
+        ("q", p.q, p.heads, p.rows[0], bm),
+        ("k", p.k, p.kv_heads, p.rows[1], bn),
+        ("v", p.v, p.kv_heads, p.rows[1], bn),
+    ):
+        dims = (p.d, heads, rows, 1 if varlen else p.batch)
+        strides: list[int] = []
+        span = p.d * 2
+        for n, s in zip(dims[1:], (st[2], st[1], st[0]), strict=True):
+            step = s * 2 if n > 1 else span
+            strides.append(step)
+            span = step * n
+        tma = DTYPES[p.dtype].tma
+        maps.append(
+            _op.TensorMap(f"tmap_{name}", name, tma, dims, tuple(strides), (_FA3_BOX, 1, box, 1))
+        )
+    return tuple(maps)
+
+
+def fa3_refusal(p: Problem) -> str | None:
+    """Why the fa3 path does not take ``p`` (None: it does)."""
+    if p.op == "attention_decode":
+        return "decode (paged KV, split-KV) runs on the FA2 path"
+    if p.d < 64:
+        return f"head dim {p.d} is below the fa3 variants' 64"
+    if min(p.rows) == 0:
+        return "an empty q or k has no TMA map"
+    group = p.heads // p.kv_heads
+    if group > 1 and p.sq * group <= _PACK_ROWS:
+        return f"GQA with {p.sq} query rows: FA2 packs the group's heads into one tile"
+    varlen = bool(p.flags & _flag("varlen"))
+    for name, st, heads, rows in (
+        ("q", p.q, p.heads, p.rows[0]), ("k", p.k, p.kv_heads, p.rows[1]),
+        ("v", p.v, p.kv_heads, p.rows[1]),
+    ):  # fmt: skip
+        extents = (1 if varlen else p.batch, rows, heads)
+        if any(n > 1 and s == 0 for n, s in zip(extents, st, strict=True)):
+            return f"{name} broadcasts a dimension (stride 0), which a TMA map cannot"
+    for m in fa3_maps(p, _PACK_ROWS, _PACK_ROWS):
+        bad = _op.tensor_map_problem(m)
+        if bad is not None:
+            return f"the TMA map of {m.ptr_field} would be refused ({bad})"
+    return None
+
+
 def _tiles(fam: Any, dtype: str) -> list[Tile]:
     """The variants of the loaded image that hold a ``dtype`` forward kernel, in path order."""
     forced = os.environ.get(ENV, "")
@@ -424,6 +486,8 @@ def configure(
     p: Problem, out: tuple[int, ...], tiles: Sequence[Tile], where: str = "this device"
 ) -> Config:
     """The launch of a validated problem: ``out`` the output's strides (in elements)."""
+    if fa3_refusal(p) is not None:
+        tiles = [t for t in tiles if t.path != "fa3"]
     tile = _pick(p.op, tiles, p.d, p.dtype, where)
     group = p.heads // p.kv_heads
     decode = p.op == "attention_decode"
@@ -431,7 +495,7 @@ def configure(
         raise AssertionError(f"{tile.name}: decode tiles must have {_DECODE_ROWS} rows")
     # GQA packing: a group's query heads share the tile when the queries are too few to fill it
     # (always for decode): K/V are then read once per KV head.
-    pack = group > 1 and (decode or p.sq * group <= tile.bm)
+    pack = tile.path == "fa2" and group > 1 and (decode or p.sq * group <= tile.bm)
     rows = p.sq * group if pack else p.sq
     slots = p.kv_heads if pack else p.heads
     m_blocks = max(1, math.ceil(rows / tile.bm))
@@ -455,7 +519,7 @@ def configure(
     }  # fmt: skip
     warps = tile.threads // 32
     return Config(
-        tile.name, fields, (m_blocks, slots, p.batch * p.splits), tile.threads, tile.smem,
+        tile, fields, (m_blocks, slots, p.batch * p.splits), tile.threads, tile.smem,
         p.splits, math.ceil(acc_rows / warps), tile.threads,
     )  # fmt: skip
 
@@ -512,7 +576,12 @@ def _launch(a: Args) -> list[Launch]:
     fam = a.family()
     dev = fam.device
     where = f"device {dev.index} ({dev.name}, cc {dev.cc_str}) running image {fam.choice.target}"
-    cfg = configure(p, out.strides, _tiles(fam, p.dtype), where)
+    tiles = _tiles(fam, p.dtype)
+    if os.environ.get(ENV) == "fa3":
+        why = fa3_refusal(p) if any(t.path == "fa3" for t in tiles) else f"{where} has no fa3"
+        if why is not None:
+            raise NotImplementedError(f"{p.op}: {ENV}=fa3, but {why}")
+    cfg = configure(p, out.strides, tiles, where)
     decode = p.op == "attention_decode"
     ptrs: dict[str, str | None] = {"out": "out", "q": "q"}
     if decode:
@@ -527,12 +596,15 @@ def _launch(a: Args) -> list[Launch]:
         if p.flags & _flag("varlen"):
             ptrs.update(cu_seqlens_q="cu_seqlens_q", cu_seqlens_k="cu_seqlens_k")
     args = {**cfg.fields, **ptrs}
+    maps = fa3_maps(p, cfg.tile.bm, cfg.tile.bn) if cfg.tile.path == "fa3" else ()
     launches = [
-        Launch(f"ak_attn_fwd_{p.dtype}_{cfg.variant}", cfg.grid, (cfg.block,), args, cfg.smem)
+        Launch(
+            f"ak_attn_fwd_{p.dtype}_{cfg.tile.name}", cfg.grid, (cfg.block,), args, cfg.smem, maps
+        )
     ]
     if cfg.splits > 1:
         launches.append(
-            Launch(f"ak_attn_combine_{p.dtype}_{cfg.variant}", (cfg.combine_grid,),
+            Launch(f"ak_attn_combine_{p.dtype}_{cfg.tile.name}", (cfg.combine_grid,),
                    (cfg.combine_block,), args)
         )  # fmt: skip
     return launches

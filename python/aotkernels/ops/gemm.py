@@ -86,6 +86,7 @@ from ._op import (
     TensorMap,
     check_dtype,
     check_vector,
+    tensor_map_2d,
 )
 
 __all__ = ["matmul", "scaled_mm"]
@@ -340,7 +341,7 @@ def _tensor_maps(
         inner, outer = (k, outer_extent) if k_major else (outer_extent, k)
         outer += fold
         maps.append(
-            TensorMap(
+            tensor_map_2d(
                 f"tmap_{name}",
                 name,
                 DTYPES[info.dtype].tma,
@@ -610,7 +611,7 @@ def _launch(a: Args) -> list[Launch]:
     maps = _tensor_maps(pick, fam, am, la, bm, lb, m, n, k, (folds[0] or 0, folds[1] or 0))
     if tma_store:
         tma_type = DTYPES[p.out_dtype].tma
-        d_map = TensorMap("tmap_d", "d", tma_type, n, m, ldd * 2, _OUT_BOX, _OUT_BOX)
+        d_map = tensor_map_2d("tmap_d", "d", tma_type, n, m, ldd * 2, _OUT_BOX, _OUT_BOX)
         maps = (*maps, d_map)
     threads = int(v["threads"])
     launches = [Launch(pick.symbol, grid, (threads,), args, int(v["smem"]), maps)]

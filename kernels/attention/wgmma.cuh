@@ -1,0 +1,408 @@
+// Hopper (sm_90a) attention forward, the FlashAttention-3 design: TMA loads into 128B-swizzled
+// shared memory, wgmma, warp specialization. Prefill only (dense and varlen, GQA without packing,
+// causal / windows, softcap, LSE); paged KV and split-KV decode stay on the FA2 path (the op
+// layer never picks this one for them).
+//
+// One CTA per (query tile of bm = 128 rows, query head, batch), 3 warpgroups:
+//   warpgroup 0   producer: one thread issues the TMA boxes (setmaxnreg.dec: it needs almost no
+//                 registers): Q once, then K and V of each key tile into a ring of `stages`
+//                 buffers, K(j) and V(j) behind separate barriers so S(j) can start before V(j)
+//                 lands.
+//   warpgroups 1, 2   consumers (setmaxnreg.inc): consumer c owns query rows [64 c, 64 c + 64).
+//
+// Tiles in shared memory are the TMA boxes as they land: rows of 64 elements (128 bytes) of the
+// head dim, 128B-swizzled, one block of rows per 64 columns of d. S = Q K^T is a wgmma with both
+// operands K-major in shared memory. P never leaves registers: the f32 S accumulators of a
+// warpgroup, rounded to T in pairs, are exactly the A fragments of O += P V (m64 x k16 A
+// fragments share the accumulator layout), and V is read as an MN-major B operand (the transpose
+// bit) straight from its row-major tile. Softmax runs online in the log2 domain (the host folds
+// scale and log2(e), or the softcap, into scale_log2 / softcap_pre, as for FA2).
+//
+// Scheduling, per consumer and key tile j: the wgmmas of S(j + 1) and O += P(j) V(j) are issued
+// together, then S(j + 1)'s softmax runs while P(j) V(j) is still on the tensor cores
+// (intra-warpgroup overlap). The two consumers take turns issuing their wgmmas (two named
+// barriers): while one runs its softmax, the other's GEMMs have the tensor cores (ping-pong).
+//
+// Key tiles are walked from the last to the first, so a causal CTA meets its masked tiles first
+// and the rest run without mask arithmetic; query tiles are launched last-first, so the longest
+// causal CTAs start first. Masks, fully masked rows (0 and an LSE of -inf) and the visibility
+// rule are the FA2 kernel's. Reads past the end of a dense tensor are zeros (TMA bounds); in a
+// varlen batch a tile's rows past its sequence belong to the next one, so keys there are masked
+// and the V rows zeroed in shared memory before P V (P is 0 there, but 0 * inf would be NaN).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "ak/hopper.cuh"
+
+namespace ak::attention::fa3 {
+
+// d (m64 x kN f32) = a * b (+ d unless scale_d == 0): one k16 step, A and B from shared memory,
+// both K-major.
+template <class T, int kN>
+__device__ __forceinline__ void mma_ss(float (&d)[kN / 2], uint64_t a, uint64_t b,
+                                       uint32_t scale_d) {
+  static_assert(kN == 64 || kN == 128, "S tile widths of this path");
+#define AK_FA3_SS(TYPE, DREGS, ACC, IA, IB, IS)                                      \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS                               \
+               ", 0;\n"                                                              \
+               "wgmma.mma_async.sync.aligned.m64n" #TYPE " " DREGS ", %" IA ", %" IB \
+               ", p, 1, 1, 0, 0;\n}\n"                                               \
+               : ACC                                                                 \
+               : "l"(a), "l"(b), "r"(scale_d))
+  if constexpr (std::is_same_v<T, __half> && kN == 64) {
+    AK_FA3_SS(64k16.f32.f16.f16, AK_WG_D32, AK_WG_ACC32("+f"), "32", "33", "34");
+  } else if constexpr (std::is_same_v<T, __half>) {
+    AK_FA3_SS(128k16.f32.f16.f16, AK_WG_D64, AK_WG_ACC64("+f", 0), "64", "65", "66");
+  } else if constexpr (kN == 64) {
+    AK_FA3_SS(64k16.f32.bf16.bf16, AK_WG_D32, AK_WG_ACC32("+f"), "32", "33", "34");
+  } else {
+    AK_FA3_SS(128k16.f32.bf16.bf16, AK_WG_D64, AK_WG_ACC64("+f", 0), "64", "65", "66");
+  }
+#undef AK_FA3_SS
+}
+
+// d (m64 x kN f32) += a * b: one k16 step, A (m64 x k16) from registers (4 per thread), B from
+// shared memory MN-major (transpose bit set).
+template <class T, int kN>
+__device__ __forceinline__ void mma_rs(float (&d)[kN / 2], const uint32_t* a, uint64_t b) {
+  static_assert(kN == 64 || kN == 128 || kN == 256, "head dims of this path");
+#define AK_FA3_RS(TYPE, DREGS, A0, A1, A2, A3, IB, IS, ...)                                    \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS                                         \
+               ", 0;\n"                                                                        \
+               "wgmma.mma_async.sync.aligned.m64n" #TYPE " " DREGS ", {%" A0 ", %" A1 ", %" A2 \
+               ", %" A3 "}, %" IB ", p, 1, 1, 1;\n}\n"                                         \
+               : __VA_ARGS__                                                                   \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
+  if constexpr (std::is_same_v<T, __half> && kN == 64) {
+    AK_FA3_RS(64k16.f32.f16.f16, AK_WG_D32, "32", "33", "34", "35", "36", "37", AK_WG_ACC32("+f"));
+  } else if constexpr (std::is_same_v<T, __half> && kN == 128) {
+    AK_FA3_RS(128k16.f32.f16.f16, AK_WG_D64, "64", "65", "66", "67", "68", "69",
+              AK_WG_ACC64("+f", 0));
+  } else if constexpr (std::is_same_v<T, __half>) {
+    AK_FA3_RS(256k16.f32.f16.f16, AK_WG_D128, "128", "129", "130", "131", "132", "133",
+              AK_WG_ACC64("+f", 0), AK_WG_ACC64("+f", 64));
+  } else if constexpr (kN == 64) {
+    AK_FA3_RS(64k16.f32.bf16.bf16, AK_WG_D32, "32", "33", "34", "35", "36", "37",
+              AK_WG_ACC32("+f"));
+  } else if constexpr (kN == 128) {
+    AK_FA3_RS(128k16.f32.bf16.bf16, AK_WG_D64, "64", "65", "66", "67", "68", "69",
+              AK_WG_ACC64("+f", 0));
+  } else {
+    AK_FA3_RS(256k16.f32.bf16.bf16, AK_WG_D128, "128", "129", "130", "131", "132", "133",
+              AK_WG_ACC64("+f", 0), AK_WG_ACC64("+f", 64));
+  }
+#undef AK_FA3_RS
+}
+
+template <class T, class V>
+struct Fwd {
+  static constexpr int kD = V::d, kBM = V::bm, kBN = V::bn, kStages = V::stages;
+  static constexpr int kConsumers = kBM / 64;
+  static constexpr int kDB = kD / 64;  // 64-column (128-byte) blocks of the head dim
+  static constexpr int kQBytes = kBM * kD * 2, kKVBytes = kBN * kD * 2;
+  // Q, the K ring, the V ring, then the barriers: q_full, k_full[], k_empty[], v_full[], v_empty[].
+  static constexpr int kKOff = kQBytes, kVOff = kKOff + kStages * kKVBytes;
+  static constexpr int kBarOff = kVOff + kStages * kKVBytes;
+  static constexpr int kSmemUsed = kBarOff + (1 + 4 * kStages) * 8 + 1024;  // + base alignment
+  static constexpr int kS = kBN / 2, kO = kD / 2, kP = kBN / 4;             // registers per thread
+  // setmaxnreg: 2 consumers x 128 x 232 + 128 x 40 = 64512 of the 64K-register file.
+  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  // Named barriers: 1, 2 the consumers' turns at the tensor cores; 3, 4 each consumer alone.
+  static constexpr int kTurnBar = 1, kOwnBar = 3;
+
+  static_assert(kConsumers == 2, "the ping-pong schedule pairs two consumer warpgroups");
+  static_assert(V::threads == 128 * (kConsumers + 1), "one producer warpgroup");
+  static_assert(kD % 64 == 0 && kBN % 16 == 0 && kBN <= 256, "tile shapes");
+  static_assert(kSmemUsed <= V::smem, "pipeline does not fit the variant's shared memory");
+
+  struct Work {
+    Seq s;
+    int m0, head, hk, b;
+    int t_lo, t_hi;  // key tiles [t_lo, t_hi), walked from t_hi - 1 down
+    int64_t shift;   // sk - sq: the bottom-right alignment of the masks
+  };
+
+  static __device__ __forceinline__ Work work(const ak_attention_params& p) {
+    Work w;
+    w.b = static_cast<int>(blockIdx.z);
+    w.s = sequence(p, w.b);
+    w.m0 = static_cast<int>(gridDim.x - 1 - blockIdx.x) * kBM;
+    w.head = static_cast<int>(blockIdx.y);
+    w.hk = w.head / (p.heads / p.kv_heads);
+    w.shift = static_cast<int64_t>(w.s.sk) - w.s.sq;
+    const int64_t pos_hi = min(w.m0 + kBM, w.s.sq) - 1;
+    const int64_t key_lo = max(int64_t{0}, w.m0 + w.shift - p.window_left);
+    const int64_t key_hi = min(static_cast<int64_t>(w.s.sk), pos_hi + w.shift + p.window_right + 1);
+    w.t_lo = static_cast<int>(key_lo / kBN);
+    w.t_hi = key_hi > key_lo ? static_cast<int>((key_hi + kBN - 1) / kBN) : w.t_lo;
+    return w;
+  }
+
+  static __device__ __forceinline__ void produce(const ak_attention_params& p, const Work& w,
+                                                 uint32_t smem) {
+    const uint32_t q_full = smem + kBarOff, k_full = q_full + 8, k_empty = k_full + 8 * kStages;
+    const uint32_t v_full = k_empty + 8 * kStages, v_empty = v_full + 8 * kStages;
+    const bool varlen = p.flags & kVarlen;
+    // Map coordinates (d, head, row, batch); varlen maps are [total, H, d] with a unit batch.
+    const int32_t qb = varlen ? 0 : w.b, q_row = static_cast<int32_t>(w.s.q0) + w.m0;
+    const int32_t k_row = static_cast<int32_t>(w.s.k0);
+    const int n = w.t_hi - w.t_lo;
+    if (n <= 0) return;
+    bar_arrive_expect_tx(q_full, kQBytes);
+#pragma unroll
+    for (int j = 0; j < kDB; ++j) {
+      tma_load_4d(smem + j * kBM * 128, &p.tmap_q, q_full, 64 * j, w.head, q_row, qb);
+    }
+    for (int i = 0; i < n; ++i) {
+      const int stage = i % kStages;
+      const uint32_t phase = (i / kStages) & 1;
+      const int32_t row = k_row + (w.t_hi - 1 - i) * kBN;
+      // Parity phase ^ 1 passes at once on a fresh barrier: the ring starts empty.
+      bar_wait(k_empty + 8 * stage, phase ^ 1);
+      bar_arrive_expect_tx(k_full + 8 * stage, kKVBytes);
+      const uint32_t k = smem + kKOff + stage * kKVBytes, v = smem + kVOff + stage * kKVBytes;
+#pragma unroll
+      for (int j = 0; j < kDB; ++j) {
+        tma_load_4d(k + j * kBN * 128, &p.tmap_k, k_full + 8 * stage, 64 * j, w.hk, row, qb);
+      }
+      bar_wait(v_empty + 8 * stage, phase ^ 1);
+      bar_arrive_expect_tx(v_full + 8 * stage, kKVBytes);
+#pragma unroll
+      for (int j = 0; j < kDB; ++j) {
+        tma_load_4d(v + j * kBN * 128, &p.tmap_v, v_full + 8 * stage, 64 * j, w.hk, row, qb);
+      }
+    }
+  }
+
+  // Scores of key tile `tile` to probabilities: log2-domain logits, the mask where the tile
+  // crosses a bound of this warpgroup's rows, the running max and sum. alpha: how much the
+  // accumulated O rows shrink.
+  static __device__ __forceinline__ void softmax(const ak_attention_params& p, const Work& w,
+                                                 int tile, int wg_lo, int row0, float (&s)[kS],
+                                                 float (&mx)[2], float (&sum)[2],
+                                                 float (&alpha)[2]) {
+    const int t4 = threadIdx.x % 4;
+    if (p.flags & kSoftcap) {
+#pragma unroll
+      for (int i = 0; i < kS; ++i) s[i] = fast_tanh(s[i] * p.softcap_pre) * p.scale_log2;
+    } else {
+#pragma unroll
+      for (int i = 0; i < kS; ++i) s[i] *= p.scale_log2;
+    }
+    const int n0 = tile * kBN;
+    const int64_t pos_lo = wg_lo, pos_hi = wg_lo + 63;
+    const bool edge = n0 + kBN > w.s.sk || n0 < pos_hi + w.shift - p.window_left ||
+                      n0 + kBN - 1 > pos_lo + w.shift + p.window_right;
+    if (edge) {
+#pragma unroll
+      for (int i = 0; i < kS; ++i) {
+        const int64_t key = n0 + 8 * (i / 4) + 2 * t4 + (i % 2);
+        const int64_t at = row0 + 8 * ((i / 2) % 2) + w.shift;
+        if (key >= w.s.sk || key < at - p.window_left || key > at + p.window_right) {
+          s[i] = -INFINITY;
+        }
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float m = mx[h];
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+      m = quad_max(m);
+      const float ref = m == -INFINITY ? 0.f : m;  // all masked so far: exp2(-inf - 0) = 0
+      alpha[h] = exp2f(mx[h] - ref);
+      mx[h] = m;
+      float add = 0.f;
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        s[4 * j + 2 * h] = exp2f(s[4 * j + 2 * h] - ref);
+        s[4 * j + 2 * h + 1] = exp2f(s[4 * j + 2 * h + 1] - ref);
+        add += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+      }
+      sum[h] = sum[h] * alpha[h] + add;
+    }
+  }
+
+  // Varlen: rows of a V tile past the sequence hold the next sequence's values; zero them (in
+  // the consumer's own view: both consumers write the same zeros) before P V reads them.
+  static __device__ __forceinline__ void clip_v(const Work& w, int tile, uint32_t v, int wg) {
+    const int first = w.s.sk - tile * kBN;
+    if (first >= kBN) return;
+    constexpr int kChunks = kDB * 8;  // 16-byte chunks per row
+    for (int i = threadIdx.x % 128; i < (kBN - first) * kChunks; i += 128) {
+      const int r = first + i / kChunks, c = i % kChunks;
+      const uint32_t at = v + (c / 8) * kBN * 128 + r * 128 + (c % 8) * 16;
+      asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};" ::"r"(at), "r"(0) : "memory");
+    }
+    fence_proxy_async();
+    named_sync(kOwnBar + wg, 128);
+  }
+
+  static __device__ __forceinline__ void consume(const ak_attention_params& p, const Work& w,
+                                                 uint32_t smem) {
+    const uint32_t q_full = smem + kBarOff, k_full = q_full + 8, k_empty = k_full + 8 * kStages;
+    const uint32_t v_full = k_empty + 8 * kStages, v_empty = v_full + 8 * kStages;
+    const int wg = threadIdx.x / 128 - 1, other = 1 - wg;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+    const int wg_lo = w.m0 + wg * 64;
+    const int row0 = wg_lo + warp * 16 + lane / 4;  // and row0 + 8
+    const int n = w.t_hi - w.t_lo;
+    const bool varlen = p.flags & kVarlen;
+    float o[kO];
+#pragma unroll
+    for (int i = 0; i < kO; ++i) o[i] = 0.f;
+    float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f}, alpha[2];
+    if (n > 0) {
+      float s[kS];
+      uint32_t pf[kP];
+      const uint64_t qd = smem_desc(smem + wg * 64 * 128, 16, 1024);
+      auto issue_s = [&](int stage) {
+        const uint64_t kd = smem_desc(smem + kKOff + stage * kKVBytes, 16, 1024);
+#pragma unroll
+        for (int j = 0; j < kDB; ++j) {
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            mma_ss<T, kBN>(s, qd + ((j * kBM * 128 + kk * 32) >> 4),
+                           kd + ((j * kBN * 128 + kk * 32) >> 4), (j | kk) != 0);
+          }
+        }
+      };
+      auto issue_pv = [&](int stage) {
+        const uint64_t vd = smem_desc(smem + kVOff + stage * kKVBytes, kBN * 128, 1024);
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk) mma_rs<T, kD>(o, pf + 4 * kk, vd + (kk * 2048 >> 4));
+      };
+      auto release = [&](uint32_t bar, int stage) {
+        if (lane == 0) bar_arrive(bar + 8 * stage);
+      };
+      auto to_p = [&]() {
+#pragma unroll
+        for (int i = 0; i < kP; ++i) pf[i] = pack2<T>(s[2 * i], s[2 * i + 1]);
+      };
+      auto v_ready = [&](int i) {
+        const int stage = i % kStages;
+        bar_wait(v_full + 8 * stage, (i / kStages) & 1);
+        if (varlen) clip_v(w, w.t_hi - 1 - i, smem + kVOff + stage * kKVBytes, wg);
+      };
+
+      bar_wait(q_full, 0);
+      bar_wait(k_full, 0);
+      named_sync(kTurnBar + wg, 256);
+      fence_acc(s);
+      wgmma_fence();
+      issue_s(0);
+      wgmma_commit();
+      // The second consumer's turn after its last round would never be waited for.
+      if (wg == 0 || n > 1) named_arrive(kTurnBar + other, 256);
+      wgmma_wait<0>();
+      fence_acc(s);
+      release(k_empty, 0);
+      softmax(p, w, w.t_hi - 1, wg_lo, row0, s, mx, sum, alpha);
+      to_p();
+      for (int i = 1; i < n; ++i) {
+        const int stage = i % kStages, prev = (i - 1) % kStages;
+        bar_wait(k_full + 8 * stage, (i / kStages) & 1);
+        v_ready(i - 1);
+        named_sync(kTurnBar + wg, 256);
+        fence_acc(s);
+        fence_acc(o);
+        fence_acc(pf);
+        wgmma_fence();
+        issue_s(stage);
+        wgmma_commit();
+        issue_pv(prev);
+        wgmma_commit();
+        if (wg == 0 || i < n - 1) named_arrive(kTurnBar + other, 256);
+        wgmma_wait<1>();  // S(i) has landed; P(i - 1) V(i - 1) may still run
+        fence_acc(s);
+        release(k_empty, stage);
+        softmax(p, w, w.t_hi - 1 - i, wg_lo, row0, s, mx, sum, alpha);
+        wgmma_wait<0>();
+        fence_acc(o);
+        fence_acc(pf);
+        release(v_empty, prev);
+#pragma unroll
+        for (int i2 = 0; i2 < kO; ++i2) o[i2] *= alpha[(i2 / 2) % 2];
+        to_p();
+      }
+      v_ready(n - 1);
+      fence_acc(o);
+      fence_acc(pf);
+      wgmma_fence();
+      issue_pv((n - 1) % kStages);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_acc(o);
+      release(v_empty, (n - 1) % kStages);
+    }
+    store(p, w, row0, o, mx, sum);
+  }
+
+  static __device__ __forceinline__ void store(const ak_attention_params& p, const Work& w,
+                                               int row0, float (&o)[kO], const float (&mx)[2],
+                                               const float (&sum)[2]) {
+    constexpr float kLn2 = 0.693147180559945309f;
+    const int t4 = threadIdx.x % 4, d = p.d;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 8 * h;
+      const float total = quad_sum(sum[h]);
+      if (row >= w.s.sq) continue;
+      const float inv = total > 0.f ? 1.f / total : 0.f;
+      uint8_t* orow = w.s.o + row * p.o_ss * 2 + w.head * p.o_sh * 2;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        const int col = 8 * j + 2 * t4;
+        if (col < d) {
+          *reinterpret_cast<uint32_t*>(orow + col * 2) =
+              pack2<T>(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+        }
+      }
+      if (t4 == 0 && (p.flags & kWriteLse)) {
+        const float lse = total > 0.f ? (mx[h] + __log2f(total)) * kLn2 : -INFINITY;
+        const int64_t at = (p.flags & kVarlen) ? w.s.q0 : w.b * p.lse_sb;
+        static_cast<float*>(p.lse)[at + w.head * p.lse_sh + row] = lse;
+      }
+    }
+  }
+
+  static __device__ __forceinline__ void run(const ak_attention_params& p) {
+    const Work w = work(p);
+    if (w.m0 >= w.s.sq) return;  // a shorter sequence of a varlen batch: the whole CTA leaves
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;  // 128B swizzle atoms
+    if (threadIdx.x == 0) {
+      const uint32_t bars = smem + kBarOff;
+      bar_init(bars, 1);
+      for (int s = 0; s < kStages; ++s) {
+        bar_init(bars + 8 + 8 * s, 1);                               // k_full
+        bar_init(bars + 8 + 8 * (kStages + s), kConsumers * 4);      // k_empty
+        bar_init(bars + 8 + 8 * (2 * kStages + s), 1);               // v_full
+        bar_init(bars + 8 + 8 * (3 * kStages + s), kConsumers * 4);  // v_empty
+      }
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x < 128) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
+      if (threadIdx.x == 0) {
+        prefetch_tensormap(&p.tmap_q);
+        prefetch_tensormap(&p.tmap_k);
+        prefetch_tensormap(&p.tmap_v);
+        produce(p, w, smem);
+      }
+      return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs));
+    // The first consumer issues first: the second hands it its first turn.
+    if (threadIdx.x >= 256 && w.t_hi > w.t_lo) named_arrive(kTurnBar, 256);
+    consume(p, w, smem);
+  }
+};
+
+}  // namespace ak::attention::fa3
