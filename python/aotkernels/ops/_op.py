@@ -21,6 +21,7 @@ the device). Everything the ops share lives here and nowhere else:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import math
 import numbers
@@ -593,6 +594,9 @@ def _bind(op: Op, arrays: Sequence[Any], attrs: Mapping[str, Any]) -> tuple[Any,
 # Torch fast path: (op, attributes, layouts and alignment of every array) -> _Fast.
 _PLANS: dict[Any, _Fast] = {}
 _MAX_PLANS = 4096  # dynamic shapes: bound the cache rather than grow without end
+# The cached launches are nanobind objects: dropped before interpreter shutdown, they are freed
+# normally instead of being reported by nanobind as leaked when _core is torn down first.
+atexit.register(_PLANS.clear)
 
 
 def run(
