@@ -555,6 +555,10 @@ def test_runner_decode_no_split(monkeypatch: pytest.MonkeyPatch) -> None:
     (ln,) = gpu.launches
     assert ln["o_accum"] == ln["lse_accum"] == 0 and ln["flags"] & 8 == 0
     assert gpu.allocs[1].shape == (0, 64 * 32, 128)
+    assert ln["symbol"] == "ak_attn_fwd_f16_dec_d128" and ln["grid"] == (1, 8, 64)
+    monkeypatch.setenv(ENV, "fa2")  # forcing a prefill path leaves decode on its own kernel
+    ak.attention_decode(q, kc, vc, F((64,), "int32", ptr=0x3000000))
+    assert gpu.launches[-1]["symbol"] == "ak_attn_fwd_f16_dec_d128"
 
 
 # --- CPU: the fa3 path (eligibility, TMA maps) ----------------------------------------------
