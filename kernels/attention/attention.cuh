@@ -303,8 +303,11 @@ __device__ __forceinline__ void load_q(uint8_t* tile, const P& p, const Seq& s, 
   });
 }
 
-// S = Q K^T of one key tile: a warp's kMT 16-row blocks against kNT 8-key fragments.
-template <class T, int kD, int kMT, int kNT>
+// S = Q K^T of one key tile: a warp's kMT 16-row blocks against kNT 8-key fragments. The
+// k-steps past a smaller head dim d are skipped; kFullD (d == kD known) drops those checks, and
+// with them the branch per k-step that keeps the loads of one step from overlapping another's
+// mma.
+template <class T, bool kFullD, int kD, int kMT, int kNT>
 __device__ __forceinline__ void qk_tile(float (&sc)[kMT][kNT][4], const Swizzled<kD>& q_addr,
                                         const Swizzled<kD>& k_addr, int d) {
 #pragma unroll
@@ -314,7 +317,7 @@ __device__ __forceinline__ void qk_tile(float (&sc)[kMT][kNT][4], const Swizzled
   }
 #pragma unroll
   for (int ks = 0; ks < kD / 16; ++ks) {
-    if (ks * 16 >= d) break;  // zero padding of a smaller head dim
+    if (!kFullD && ks * 16 >= d) break;  // zero padding of a smaller head dim
     uint32_t a[kMT][4];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) ldmatrix_x4(a[mt], q_addr(mt * 16, ks * 2));
@@ -389,8 +392,8 @@ __device__ __forceinline__ void online_softmax(float (&sc)[kMT][kNT][4], float (
 }
 
 // O += P V of one key tile: P from the score registers (the S accumulator layout is the A
-// fragment layout), V through transposed ldmatrix.
-template <class T, int kD, int kMT, int kNT, int kDT>
+// fragment layout), V through transposed ldmatrix; kFullD as in qk_tile.
+template <class T, bool kFullD, int kD, int kMT, int kNT, int kDT>
 __device__ __forceinline__ void pv_tile(float (&o)[kMT][kDT][4], const float (&sc)[kMT][kNT][4],
                                         const Swizzled<kD>& v_addr, int d) {
 #pragma unroll
@@ -405,7 +408,7 @@ __device__ __forceinline__ void pv_tile(float (&o)[kMT][kDT][4], const float (&s
     }
 #pragma unroll
     for (int i = 0; i < kDT; i += 2) {
-      if (i * 8 >= d) break;
+      if (!kFullD && i * 8 >= d) break;
       uint32_t bv[4];
       ldmatrix_x4_trans(bv, v_addr(ks * 16, i));
 #pragma unroll
@@ -497,7 +500,7 @@ __device__ __forceinline__ void fwd(const P& p) {
     __syncthreads();
 
     float sc[kMT][kNT][4];
-    if (active) qk_tile<T>(sc, q_addr, k_addr, d);
+    if (active) qk_tile<T, false>(sc, q_addr, k_addr, d);
     __syncthreads();  // every warp is done with K(tile): its buffer takes K(tile + 1)
     if (tile + 1 < kr.t_hi) load_k(tile + 1);
     copy_commit();
@@ -510,7 +513,7 @@ __device__ __forceinline__ void fwd(const P& p) {
 
     copy_wait<1>();  // V(tile) has landed (K(tile + 1) may still be in flight)
     __syncthreads();
-    if (active) pv_tile<T>(o, sc, v_addr, d);
+    if (active) pv_tile<T, false>(o, sc, v_addr, d);
     __syncthreads();  // every warp is done with V(tile): its buffer takes V(tile + 1)
   }
   copy_wait<0>();  // nothing may be in flight when the CTA exits (Q alone, if no key tile)

@@ -121,6 +121,7 @@ __device__ __forceinline__ void decode(const P& p) {
   const Swizzled<kD> v_addr(smem_u32(my_ring + kTile), ((lane / 8) & 1) * 8 + (lane & 7),
                             lane / 16);
 
+  const bool full_d = d == kD;  // the common case: no k-step to skip (see qk_tile)
   int st = 0, st_next = kStages - 1;
   for (int i = 0; i < count; ++i) {
     copy_wait<kStages - 2>();  // tile i has landed
@@ -128,11 +129,20 @@ __device__ __forceinline__ void decode(const P& p) {
     issue(i + kStages - 1, st_next);
     const int n0 = (first + i * kWarps) * kBN;
     float sc[1][kNT][4];
-    qk_tile<T>(sc, q_addr, k_addr.at(st * kStage), d);
+    const Swizzled<kD> k_at = k_addr.at(st * kStage), v_at = v_addr.at(st * kStage);
+    if (full_d) {
+      qk_tile<T, true>(sc, q_addr, k_at, d);
+    } else {
+      qk_tile<T, false>(sc, q_addr, k_at, d);
+    }
     log2_scores(sc, p);
     if (kr.crosses(p, n0, kBN, s.sk)) mask_scores(sc, p, rw, kr, s.sk, n0, m0);
     online_softmax(sc, o, row_max, row_sum);
-    pv_tile<T>(o, sc, v_addr.at(st * kStage), d);
+    if (full_d) {
+      pv_tile<T, true>(o, sc, v_at, d);
+    } else {
+      pv_tile<T, false>(o, sc, v_at, d);
+    }
     st = st + 1 == kStages ? 0 : st + 1;
     st_next = st_next + 1 == kStages ? 0 : st_next + 1;
   }
@@ -211,7 +221,7 @@ __device__ __forceinline__ void decode(const P& p) {
 // ---------------------------------------------------------------------------------------------
 // attn_combine: out = sum_s exp(lse_s - lse) * o_s, lse = log sum_s exp(lse_s), one warp per
 // (batch, head, position) row. The lanes weigh the splits (split s on lane s % 32), then each
-// lane sums its d / 32 columns over the splits in split order, eight splits' loads in flight at
+// lane sums its d / 32 columns over the splits in split order, 16 splits' loads in flight at
 // a time: a long context has up to kMaxSplits partials per row, and one load latency per split
 // would cost more than the partials' bytes. Rows without any visible key (every lse_s = -inf)
 // get 0 and -inf.
@@ -251,7 +261,7 @@ __device__ __forceinline__ void combine(const P& p) {
     total = warp_sum(total);
     __syncwarp();
     if (col < d) {
-#pragma unroll 8
+#pragma unroll 16
       for (int s = 0; s < n; ++s) {
         const float w = weight[warp][s];
         const float* src = o_acc + (s * p.acc_split + row) * d + col;
