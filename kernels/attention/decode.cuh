@@ -221,7 +221,7 @@ __device__ __forceinline__ void decode(const P& p) {
 // ---------------------------------------------------------------------------------------------
 // attn_combine: out = sum_s exp(lse_s - lse) * o_s, lse = log sum_s exp(lse_s), one warp per
 // (batch, head, position) row. The lanes weigh the splits (split s on lane s % 32), then each
-// lane sums its d / 32 columns over the splits in split order, 16 splits' loads in flight at
+// lane sums its d / 32 columns over the splits in split order, kBatch splits' loads in flight at
 // a time: a long context has up to kMaxSplits partials per row, and one load latency per split
 // would cost more than the partials' bytes. Rows without any visible key (every lse_s = -inf)
 // get 0 and -inf.
@@ -230,6 +230,7 @@ template <class T, class C, class P>
 __device__ __forceinline__ void combine(const P& p) {
   constexpr int kVec = C::d / 32;  // columns per lane
   constexpr int kWarps = C::threads / 32, kPerLane = kMaxSplits / 32;
+  constexpr int kBatch = 16;  // splits whose loads are in flight together
   static_assert(kVec == 2 || kVec == 4 || kVec == 8, "a lane's columns: one or two vectors");
   __shared__ float weight[kWarps][kMaxSplits];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -261,23 +262,34 @@ __device__ __forceinline__ void combine(const P& p) {
     total = warp_sum(total);
     __syncwarp();
     if (col < d) {
-#pragma unroll 16
-      for (int s = 0; s < n; ++s) {
-        const float w = weight[warp][s];
-        const float* src = o_acc + (s * p.acc_split + row) * d + col;
-        if constexpr (kVec == 2) {
-          const float2 v = *reinterpret_cast<const float2*>(src);
-          acc[0] += w * v.x;
-          acc[1] += w * v.y;
-        } else {
+      // Loads first, then the sums: written as one loop, the loads wait on the sums in turn.
+      for (int s0 = 0; s0 < n; s0 += kBatch) {
+        float v[kBatch][kVec];
 #pragma unroll
-          for (int i = 0; i < kVec; i += 4) {
-            const float4 v = *reinterpret_cast<const float4*>(src + i);
-            acc[i] += w * v.x;
-            acc[i + 1] += w * v.y;
-            acc[i + 2] += w * v.z;
-            acc[i + 3] += w * v.w;
+        for (int j = 0; j < kBatch; ++j) {
+          if (s0 + j >= n) continue;
+          const float* src = o_acc + ((s0 + j) * p.acc_split + row) * d + col;
+          if constexpr (kVec == 2) {
+            const float2 x = *reinterpret_cast<const float2*>(src);
+            v[j][0] = x.x;
+            v[j][1] = x.y;
+          } else {
+#pragma unroll
+            for (int i = 0; i < kVec; i += 4) {
+              const float4 x = *reinterpret_cast<const float4*>(src + i);
+              v[j][i] = x.x;
+              v[j][i + 1] = x.y;
+              v[j][i + 2] = x.z;
+              v[j][i + 3] = x.w;
+            }
           }
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          if (s0 + j >= n) continue;
+          const float w = weight[warp][s0 + j];
+#pragma unroll
+          for (int i = 0; i < kVec; ++i) acc[i] += w * v[j][i];
         }
       }
     }

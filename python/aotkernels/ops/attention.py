@@ -74,7 +74,7 @@ _DECODE_ROWS = 16  # query rows of every decode CTA: the split rule counts on it
 # Split-KV aims at this many decode CTAs: four fit an H100 / H200 SM (their shared memory, each
 # under 64 KiB, is what bounds them), so about one wave there; fewer GPUs' SMs take it in waves.
 _SPLIT_CTAS = 512
-_SPLIT_KEYS = 256  # and gives each split at least this many keys
+_SPLIT_KEYS = 64  # and gives each split at least this many keys (4 tiles)
 _LOG2E = 1.4426950408889634
 
 
