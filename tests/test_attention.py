@@ -346,9 +346,9 @@ TILES = [
     Tile("fa2_d64", "fa2", 0, 64, 128, 64, 128, 32768),
     Tile("fa2_d128", "fa2", 0, 128, 128, 64, 128, 65536),
     Tile("fa2_d256", "fa2", 0, 256, 64, 32, 128, 65536),
-    Tile("fa2_dec_d64", "fa2", 1, 64, 16, 128, 32, 34816),
-    Tile("fa2_dec_d128", "fa2", 1, 128, 16, 64, 32, 36864),
-    Tile("fa2_dec_d256", "fa2", 1, 256, 16, 32, 32, 40960),
+    Tile("dec_d64", "dec", 1, 64, 16, 16, 64, 51200),
+    Tile("dec_d128", "dec", 1, 128, 16, 16, 64, 53248),
+    Tile("dec_d256", "dec", 1, 256, 16, 16, 32, 57344),
 ]
 FA3_TILES = [
     Tile("fa3_d64", "fa3", 0, 64, 128, 128, 384, 149504),
@@ -409,10 +409,12 @@ def test_decode_splits_long_context() -> None:
     lens = Meta((1,), (1,), "int32", 16)
     p = validate_decode(q, kv, kv, lens, None, False, None, None)
     assert p.splits == decode_splits(1, 8, 4, 131072) == 64  # 8 CTAs -> 512
+    assert decode_splits(1, 1, 8, 40_000) == loader.constants("attention")["max_splits"] == 128
     cfg = configure(p, q.strides, TILES)
-    assert cfg.tile.name == "fa2_dec_d128" and cfg.splits == 64 and cfg.grid == (1, 8, 64)
+    assert cfg.tile.name == "dec_d128" and cfg.splits == 64 and cfg.grid == (1, 8, 64)
+    assert cfg.block == 64 and cfg.smem == 53248
     assert cfg.fields["flags"] == 2 | 8 | 16  # seqused, split, packed
-    assert cfg.combine_grid == 32 and cfg.combine_block == 32 and cfg.fields["acc_split"] == 32
+    assert cfg.combine_grid == 16 and cfg.combine_block == 64 and cfg.fields["acc_split"] == 32
 
 
 def test_decode_large_batch_does_not_split() -> None:
@@ -535,8 +537,8 @@ def test_runner_decode_split(monkeypatch: pytest.MonkeyPatch, paged: bool) -> No
     fwd, comb = gpu.launches
     o_acc, l_acc = gpu.allocs[1:]  # after out: the hidden workspaces
     assert o_acc.shape == (64, 32, 128) and l_acc.shape == (64, 32)
-    assert fwd["symbol"] == "ak_attn_fwd_f16_fa2_dec_d128" and fwd["grid"] == (1, 8, 64)
-    assert comb["symbol"] == "ak_attn_combine_f16_fa2_dec_d128" and comb["grid"] == (32, 1, 1)
+    assert fwd["symbol"] == "ak_attn_fwd_f16_dec_d128" and fwd["grid"] == (1, 8, 64)
+    assert comb["symbol"] == "ak_attn_combine_f16_dec_d128" and comb["grid"] == (16, 1, 1)
     for ln in (fwd, comb):
         assert (ln["out"], ln["q"], ln["k"], ln["v"]) == (out.ptr, q.ptr, kc.ptr, vc.ptr)
         assert (ln["o_accum"], ln["lse_accum"], ln["seqused_k"]) == (o_acc.ptr, l_acc.ptr, lens.ptr)
@@ -553,6 +555,10 @@ def test_runner_decode_no_split(monkeypatch: pytest.MonkeyPatch) -> None:
     (ln,) = gpu.launches
     assert ln["o_accum"] == ln["lse_accum"] == 0 and ln["flags"] & 8 == 0
     assert gpu.allocs[1].shape == (0, 64 * 32, 128)
+    assert ln["symbol"] == "ak_attn_fwd_f16_dec_d128" and ln["grid"] == (1, 8, 64)
+    monkeypatch.setenv(ENV, "fa2")  # forcing a prefill path leaves decode on its own kernel
+    ak.attention_decode(q, kc, vc, F((64,), "int32", ptr=0x3000000))
+    assert gpu.launches[-1]["symbol"] == "ak_attn_fwd_f16_dec_d128"
 
 
 # --- CPU: the fa3 path (eligibility, TMA maps) ----------------------------------------------
@@ -1093,6 +1099,70 @@ def test_decode(dtype: str, d: int, page: int | None, sq: int, group: int) -> No
                 q[i : i + 1], k[i : i + 1, : lens[i]], v[i : i + 1, : lens[i]], causal=causal
             )
             torch.testing.assert_close(out[i : i + 1].float(), ref, **tol(dt))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", [None, 24, 40])
+def test_decode_tile_warp_and_split_edges(page: int | None) -> None:
+    """Lengths on either side of a 16-key tile and of the tiles a CTA's warps share, over split
+    and unsplit launches; pages that are no multiple of the tile (a tile then spans two pages);
+    block-table entries past each sequence's pages that point far outside the cache, which the
+    kernel must never read."""
+    torch = _torch()
+    gen = torch.Generator().manual_seed(page or 0)
+    lens = [1, 15, 16, 17, 33, 48, 65, 2000, 9001]
+    b, hkv, group, d = len(lens), 2, 4, 128
+    q = rand(b, 1, hkv * group, d, dtype=torch.bfloat16)
+    k = rand(b, max(lens), hkv, d, dtype=torch.bfloat16)
+    v = rand(b, max(lens), hkv, d, dtype=torch.bfloat16)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    if page is None:
+        out = ak.attention_decode(q, k, v, seqlens)
+    else:
+        kp, vp, bt = _paged(k, v, lens, page, gen)
+        for i, n in enumerate(lens):
+            bt[i, math.ceil(n / page) :] = 2**30
+        out = ak.attention_decode(q, kp, vp, seqlens, bt)
+    for i, n in enumerate(lens):
+        ref, _ = reference(q[i : i + 1], k[i : i + 1, :n], v[i : i + 1, :n])
+        torch.testing.assert_close(out[i : i + 1].float(), ref, **tol(torch.bfloat16))
+
+
+@pytest.mark.gpu
+def test_decode_most_splits() -> None:
+    """One KV head of one sequence takes the most splits: max_splits partials per row, four per
+    lane of the combine."""
+    torch = _torch()
+    n = 40_000
+    q = rand(1, 1, 8, 64, dtype=torch.float16)
+    k, v = rand(1, n, 1, 64, dtype=torch.float16), rand(1, n, 1, 64, dtype=torch.float16)
+    out = ak.attention_decode(q, k, v, torch.tensor([n], dtype=torch.int32, device="cuda"))
+    ref, _ = reference(q, k, v)
+    torch.testing.assert_close(out.float(), ref, **tol(torch.float16))
+
+
+@pytest.mark.gpu
+def test_decode_masked_rows_and_nan() -> None:
+    """Rows that see no key (an empty cache, the first rows of a causal append longer than its
+    cache) give 0; a NaN in V reaches exactly the rows and column that see it, through the
+    in-CTA merge and the split combine."""
+    torch = _torch()
+    sq, h, hkv, d = 4, 8, 2, 64
+    lens = [0, 2, 3000]
+    q = rand(3, sq, h, d, dtype=torch.float16)
+    k, v = rand(3, 3000, hkv, d, dtype=torch.float16), rand(3, 3000, hkv, d, dtype=torch.float16)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    out = ak.attention_decode(q, k, v, seqlens, causal=True)
+    assert (out[0] == 0).all() and (out[1, :2] == 0).all()  # row i sees keys j <= i + len - 4
+    ref, _ = reference(q[1:2, 2:], k[1:2, :2], v[1:2, :2], causal=True)
+    torch.testing.assert_close(out[1:2, 2:].float(), ref, **tol(torch.float16))
+    ref, _ = reference(q[2:], k[2:], v[2:], causal=True)
+    torch.testing.assert_close(out[2:].float(), ref, **tol(torch.float16))
+    v[2, 1234, 1, 5] = float("nan")  # KV head 1: query heads 4 .. 7
+    out = ak.attention_decode(q, k, v, seqlens, causal=True)
+    assert out[2, :, 4:, 5].isnan().all()
+    assert not out[2, :, :4].isnan().any() and not out[2, :, 4:, :5].isnan().any()
+    assert not out[2, :, 4:, 6:].isnan().any() and not out[:2].isnan().any()
 
 
 @pytest.mark.gpu

@@ -84,6 +84,7 @@ def test_module_entry_runs_the_same_parser() -> None:
         (["gemm", "--shapes", "square,tall"], "--shapes: unknown ['tall']"),
         (["norm", "--ops", "rms_norm,rmsnorm"], "--ops: unknown ['rmsnorm']"),
         (["nrom"], "invalid choice: 'nrom'"),
+        (["attention", "--only", "decode,prefill"], "--only: unknown ['prefill']"),
     ],
 )
 def test_typos_are_refused(
@@ -101,6 +102,7 @@ def test_known_arguments_parse() -> None:
         "quant", "rms_norm,quantize", "bf16", True, 50, False
     )  # fmt: skip
     assert cli.known_ops() >= {"silu_and_mul", "softmax", "quantize", "fused_add_rms_norm"}
+    assert cli.parse(["attention", "--only", "decode,varlen"]).only == "decode,varlen"
 
 
 def test_every_suite_has_a_runner_and_dtypes() -> None:

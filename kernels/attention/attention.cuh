@@ -1,18 +1,18 @@
 // Attention family: FlashAttention-2 forward on mma.sync (sm_75 .. sm_120a; on sm_90a for what
-// the FlashAttention-3 path of wgmma.cuh does not take: decode, paging, split-KV, head dims below
-// 64, operands TMA cannot map), plus the split-KV combine of flash-decoding.
+// the FlashAttention-3 path of wgmma.cuh does not take: head dims below 64, packed GQA, operands
+// TMA cannot map), and the tile math the decode kernel (decode.cuh) shares with it.
 //
 // Generated entries: AK_ENTRY_FA2(symbol, op, T, V), V the variant's config (d: the compiled head
 // dim, bm x bn: query x key tile, threads). `op` is `attn_fwd` or `attn_combine`. AK_ENTRY_FA3:
-// the sm_90a variants (attn_fwd only).
+// the sm_90a variants (attn_fwd only); AK_ENTRY_DEC: attention_decode's (decode.cuh).
 //
 // attn_fwd, one CTA per (query tile, head slot, batch x split):
 //  * Every warp owns 16 * kMT query rows (kMT = 2 in the prefill tiles of d <= 128: each K / V
 //    fragment read from shared memory feeds two mma, which keeps ldmatrix traffic under the
-//    tensor-core rate; d = 256 has no registers for it, and the one-warp decode tiles have 16
-//    rows). S = Q K^T and O += P V run on mma.sync m16n8k16 (two m16n8k8 on Turing), f32
-//    accumulators. S stays in registers: its accumulator fragments are exactly the A fragments
-//    of P V once rounded to T (no shared-memory round trip for P).
+//    tensor-core rate; d = 256 has no registers for it). S = Q K^T and O += P V run on
+//    mma.sync m16n8k16 (two m16n8k8 on Turing), f32 accumulators. S stays in registers: its
+//    accumulator fragments are exactly the A fragments of P V once rounded to T (no
+//    shared-memory round trip for P).
 //  * Q, K and V tiles sit in shared memory as rows of d elements in 16-byte chunks, the chunk
 //    index XORed with row % 8, so ldmatrix's 8 row reads hit 8 distinct bank groups.
 //  * The K/V pipeline: one K and one V buffer, loads issued a half iteration ahead: V(j) is in
@@ -29,9 +29,8 @@
 //  * GQA packing (flag): the rows of a tile are (query position, head of the KV group) pairs,
 //    so a decode step with one query per head still fills the tile and K/V are read once per
 //    KV head instead of once per query head.
-//  * Split-KV (flag): the key tiles are cut into gridDim.z / batch contiguous ranges; each CTA
-//    writes its normalized partial O and LSE in f32, and attn_combine merges them in a fixed
-//    order (deterministic, no atomics).
+//  * Paging, split-KV and the combine are decode's (decode.cuh): attn_fwd reads contiguous or
+//    varlen K / V and writes its rows.
 //  * All offsets are 64-bit; sequence positions are 32-bit (the host caps lengths below 2^31).
 #pragma once
 
@@ -115,6 +114,13 @@ struct Swizzled {
   __device__ __forceinline__ uint32_t operator()(int r_imm, int c_imm) const {
     return base[(c_imm & 7) >> 1] + r_imm * (kD * 2) + ((c_imm & ~7) << 4);
   }
+  // The same pattern in a tile `bytes` further on (a ring's other stages).
+  __device__ __forceinline__ Swizzled at(uint32_t bytes) const {
+    Swizzled s = *this;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) s.base[k] += bytes;
+    return s;
+  }
 };
 
 __device__ __forceinline__ float quad_max(float v) {
@@ -125,6 +131,19 @@ __device__ __forceinline__ float quad_max(float v) {
 __device__ __forceinline__ float quad_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Over the whole warp, every lane getting the same bits (a fixed butterfly).
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
+  return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
 }
 
 // tanh(x) = 1 - 2 / (e^2x + 1): MUFU exp and reciprocal, ~1e-6 absolute error, exact limits at
@@ -205,6 +224,204 @@ __device__ __forceinline__ Seq sequence(const P& p, int b) {
   return s;
 }
 
+// The rows of a CTA's query tile: (position, head of the KV group) pairs when packing GQA (the
+// tile then serves KV head `slot`), else positions of query head `slot`.
+struct Rows {
+  bool pack;
+  int group, slot, rows;
+  __device__ __forceinline__ int pos_of(int r) const { return pack ? r / group : r; }
+  __device__ __forceinline__ int head_of(int r) const {
+    return pack ? slot * group + r % group : slot;
+  }
+  __device__ __forceinline__ int kv_head() const { return pack ? slot : slot / group; }
+};
+
+// What a CTA works on, from its grid position (query tile, head slot, batch x split): batch b,
+// split `split`, the sequence, and the rows of the tile, which starts at row m0.
+struct Work {
+  int b, split, m0;
+  Seq s;
+  Rows rw;
+};
+
+template <class P>
+__device__ __forceinline__ Work cta_work(const P& p, int bm) {
+  Work w;
+  w.b = static_cast<int>(blockIdx.z) / p.num_splits;
+  w.split = static_cast<int>(blockIdx.z) % p.num_splits;
+  w.m0 = static_cast<int>(blockIdx.x) * bm;
+  w.s = sequence(p, w.b);
+  w.rw.pack = p.flags & kPackGqa;
+  w.rw.group = p.heads / p.kv_heads;
+  w.rw.slot = blockIdx.y;
+  w.rw.rows = w.rw.pack ? w.s.sq * w.rw.group : w.s.sq;
+  return w;
+}
+
+// The key tiles [t_lo, t_hi) that rows [m0, m0 + bm) can see (of kBN keys each), the slice of
+// split `split` of `splits` when split-KV cuts them into contiguous ranges.
+struct KeyRange {
+  int64_t shift, pos_lo, pos_hi;  // key - query offset; the tile's first and last positions
+  int t_lo, t_hi;
+  // Whether key tile n0 crosses a bound (the sequence end or a window side), so that its
+  // scores need the per-element mask.
+  template <class P>
+  __device__ __forceinline__ bool crosses(const P& p, int n0, int bn, int sk) const {
+    return n0 + bn > sk || n0 < pos_hi + shift - p.window_left ||
+           n0 + bn - 1 > pos_lo + shift + p.window_right;
+  }
+};
+
+template <int kBN, class P>
+__device__ __forceinline__ KeyRange key_range(const P& p, const Seq& s, const Rows& rw, int m0,
+                                              int bm, int split) {
+  KeyRange kr;
+  kr.shift = static_cast<int64_t>(s.sk) - s.sq;
+  kr.pos_lo = rw.pos_of(m0);
+  kr.pos_hi = rw.pos_of(min(m0 + bm, rw.rows) - 1);
+  const int64_t key_lo = max(int64_t{0}, kr.pos_lo + kr.shift - p.window_left);
+  const int64_t key_hi = min(static_cast<int64_t>(s.sk), kr.pos_hi + kr.shift + p.window_right + 1);
+  kr.t_lo = static_cast<int>(key_lo / kBN);
+  kr.t_hi = key_hi > key_lo ? static_cast<int>((key_hi + kBN - 1) / kBN) : kr.t_lo;
+  const int splits = p.num_splits;
+  if (splits > 1) {
+    const int per = (kr.t_hi - kr.t_lo + splits - 1) / splits;
+    kr.t_lo = min(kr.t_hi, kr.t_lo + split * per);
+    kr.t_hi = min(kr.t_hi, kr.t_lo + per);
+  }
+  return kr;
+}
+
+// Copies the query tile: rows [m0, m0 + kBM) of the CTA, zeros past the last row.
+template <int kD, int kBM, int kThreads, class P>
+__device__ __forceinline__ void load_q(uint8_t* tile, const P& p, const Seq& s, const Rows& rw,
+                                       int m0) {
+  load_tile<kD, kBM, kThreads>(tile, p.d, p.q, [&](int r) {
+    const int row = m0 + r;
+    if (row >= rw.rows) return static_cast<const uint8_t*>(nullptr);
+    return s.q + static_cast<int64_t>(rw.pos_of(row)) * p.q_ss * 2 + rw.head_of(row) * p.q_sh * 2;
+  });
+}
+
+// S = Q K^T of one key tile: a warp's kMT 16-row blocks against kNT 8-key fragments. The
+// k-steps past a smaller head dim d are skipped; kFullD (d == kD known) drops those checks, and
+// with them the branch per k-step that keeps the loads of one step from overlapping another's
+// mma.
+template <class T, bool kFullD, int kD, int kMT, int kNT>
+__device__ __forceinline__ void qk_tile(float (&sc)[kMT][kNT][4], const Swizzled<kD>& q_addr,
+                                        const Swizzled<kD>& k_addr, int d) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) sc[mt][j][0] = sc[mt][j][1] = sc[mt][j][2] = sc[mt][j][3] = 0.f;
+  }
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    if (!kFullD && ks * 16 >= d) break;  // zero padding of a smaller head dim
+    uint32_t a[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) ldmatrix_x4(a[mt], q_addr(mt * 16, ks * 2));
+#pragma unroll
+    for (int j = 0; j < kNT; j += 2) {
+      uint32_t bk[4];
+      ldmatrix_x4(bk, k_addr(j * 8, ks * 2));
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        mma_m16n8k16<T>(sc[mt][j], a[mt], bk[0], bk[1]);
+        mma_m16n8k16<T>(sc[mt][j + 1], a[mt], bk[2], bk[3]);
+      }
+    }
+  }
+}
+
+// Scores to the log2 domain: one branch per tile, not per element (both sides cost MUFU
+// throughput, the softmax's bottleneck).
+template <int kMT, int kNT, class P>
+__device__ __forceinline__ void log2_scores(float (&sc)[kMT][kNT][4], const P& p) {
+  if (p.flags & kSoftcap) {
+    for_each_score(
+        sc, [&](float& x, int, int, int) { x = fast_tanh(x * p.softcap_pre) * p.scale_log2; });
+  } else {
+    for_each_score(sc, [&](float& x, int, int, int) { x *= p.scale_log2; });
+  }
+}
+
+// The per-element mask of a tile that crosses a bound: key n0 + column against row row0 + ...
+template <int kMT, int kNT, class P>
+__device__ __forceinline__ void mask_scores(float (&sc)[kMT][kNT][4], const P& p, const Rows& rw,
+                                            const KeyRange& kr, int sk, int n0, int row0) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  for_each_score(sc, [&](float& x, int mt, int j, int e) {
+    const int64_t key = n0 + j * 8 + 2 * t4 + (e & 1);
+    const int64_t i = rw.pos_of(row0 + mt * 16 + g + 8 * (e / 2)) + kr.shift;
+    if (key >= sk || key < i - p.window_left || key > i + p.window_right) x = -INFINITY;
+  });
+}
+
+// Online softmax over one key tile: the new row max, what was accumulated rescaled, the scores
+// exponentiated in place (they become P). row_sum stays per thread (its columns) until the end.
+template <int kMT, int kNT, int kDT>
+__device__ __forceinline__ void online_softmax(float (&sc)[kMT][kNT][4], float (&o)[kMT][kDT][4],
+                                               float (&row_max)[kMT][2], float (&row_sum)[kMT][2]) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = row_max[mt][h];
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) mx = fmaxf(mx, fmaxf(sc[mt][j][2 * h], sc[mt][j][2 * h + 1]));
+      mx = quad_max(mx);
+      const float ref = mx == -INFINITY ? 0.f : mx;  // all masked so far: exp2(-inf - 0) = 0
+      const float alpha = exp2f(row_max[mt][h] - ref);
+      row_max[mt][h] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+        sc[mt][j][2 * h] = exp2f(sc[mt][j][2 * h] - ref);
+        sc[mt][j][2 * h + 1] = exp2f(sc[mt][j][2 * h + 1] - ref);
+        sum += sc[mt][j][2 * h] + sc[mt][j][2 * h + 1];
+      }
+      row_sum[mt][h] = row_sum[mt][h] * alpha + sum;
+#pragma unroll
+      for (int i = 0; i < kDT; ++i) {
+        o[mt][i][2 * h] *= alpha;
+        o[mt][i][2 * h + 1] *= alpha;
+      }
+    }
+  }
+}
+
+// O += P V of one key tile: P from the score registers (the S accumulator layout is the A
+// fragment layout), V through transposed ldmatrix; kFullD as in qk_tile.
+template <class T, bool kFullD, int kD, int kMT, int kNT, int kDT>
+__device__ __forceinline__ void pv_tile(float (&o)[kMT][kDT][4], const float (&sc)[kMT][kNT][4],
+                                        const Swizzled<kD>& v_addr, int d) {
+#pragma unroll
+  for (int ks = 0; ks < kNT / 2; ++ks) {
+    uint32_t a[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      a[mt][0] = pack2<T>(sc[mt][2 * ks][0], sc[mt][2 * ks][1]);
+      a[mt][1] = pack2<T>(sc[mt][2 * ks][2], sc[mt][2 * ks][3]);
+      a[mt][2] = pack2<T>(sc[mt][2 * ks + 1][0], sc[mt][2 * ks + 1][1]);
+      a[mt][3] = pack2<T>(sc[mt][2 * ks + 1][2], sc[mt][2 * ks + 1][3]);
+    }
+#pragma unroll
+    for (int i = 0; i < kDT; i += 2) {
+      if (!kFullD && i * 8 >= d) break;
+      uint32_t bv[4];
+      ldmatrix_x4_trans(bv, v_addr(ks * 16, i));
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        mma_m16n8k16<T>(o[mt][i], a[mt], bv[0], bv[1]);
+        mma_m16n8k16<T>(o[mt][i + 1], a[mt], bv[2], bv[3]);
+      }
+    }
+  }
+}
+
+constexpr float kLn2 = 0.693147180559945309f;
+
 // ---------------------------------------------------------------------------------------------
 // attn_fwd
 // ---------------------------------------------------------------------------------------------
@@ -221,32 +438,13 @@ __device__ __forceinline__ void fwd(const P& p) {
   uint8_t* sk_tile = sq_tile + kBM * kD * 2;
   uint8_t* sv_tile = sk_tile + kBN * kD * 2;
 
-  const int splits = p.num_splits;
-  const int b = static_cast<int>(blockIdx.z) / splits,
-            split = static_cast<int>(blockIdx.z) % splits;
-  const Seq s = sequence(p, b);
-  const bool pack = p.flags & kPackGqa;
-  const int group = p.heads / p.kv_heads;
-  const int rows = pack ? s.sq * group : s.sq;
-  const int m0 = static_cast<int>(blockIdx.x) * kBM;
-  if (m0 >= rows) return;       // a shorter sequence of a varlen batch: the whole CTA leaves
-  const int slot = blockIdx.y;  // the KV head when packing, else the query head
-  const int hk = pack ? slot : slot / group;
-  auto pos_of = [&](int r) { return pack ? r / group : r; };
-  auto head_of = [&](int r) { return pack ? slot * group + r % group : slot; };
-
-  // Key range any row of the CTA can see, in whole tiles; split-KV takes a slice of it.
-  const int64_t shift = static_cast<int64_t>(s.sk) - s.sq;
-  const int64_t pos_lo = pos_of(m0), pos_hi = pos_of(min(m0 + kBM, rows) - 1);
-  const int64_t key_lo = max(int64_t{0}, pos_lo + shift - p.window_left);
-  const int64_t key_hi = min(static_cast<int64_t>(s.sk), pos_hi + shift + p.window_right + 1);
-  int t_lo = static_cast<int>(key_lo / kBN);
-  int t_hi = key_hi > key_lo ? static_cast<int>((key_hi + kBN - 1) / kBN) : t_lo;
-  if (splits > 1) {
-    const int per = (t_hi - t_lo + splits - 1) / splits;
-    t_lo = min(t_hi, t_lo + split * per);
-    t_hi = min(t_hi, t_lo + per);
-  }
+  const Work w = cta_work(p, kBM);
+  const int b = w.b, m0 = w.m0;
+  const Seq& s = w.s;
+  const Rows& rw = w.rw;
+  if (m0 >= rw.rows) return;  // a shorter sequence of a varlen batch: the whole CTA leaves
+  const int hk = rw.kv_head();
+  const KeyRange kr = key_range<kBN>(p, s, rw, m0, kBM, w.split);
 
   const int d = p.d;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -254,39 +452,29 @@ __device__ __forceinline__ void fwd(const P& p) {
 
   const int64_t k_ss = p.k_ss * 2, v_ss = p.v_ss * 2;
   const int64_t k_h = hk * p.k_sh * 2, v_h = hk * p.v_sh * 2;
-  const bool paged = p.flags & kPaged;
-  const int* bt = static_cast<const int*>(p.block_table) + b * p.bt_sb;
-  // Row j of K or V: contiguous, or page block_table[b][j / page_size], slot j % page_size.
-  auto kv_row = [&](const uint8_t* base, int64_t ss, int64_t sb, int64_t head, int j) {
+  // Row j of K or V, or null past the sequence.
+  auto kv_row = [&](const uint8_t* base, int64_t ss, int64_t head, int j) {
     if (j >= s.sk) return static_cast<const uint8_t*>(nullptr);
-    if (paged) {
-      const int64_t page = bt[j / p.page_size];
-      return base + page * sb + static_cast<int64_t>(j % p.page_size) * ss + head;
-    }
     return base + static_cast<int64_t>(j) * ss + head;
   };
   auto load_k = [&](int tile) {
     const int n0 = tile * kBN;
     load_tile<kD, kBN, kThreads>(sk_tile, d, p.k,
-                                 [&](int r) { return kv_row(s.k, k_ss, p.k_sb * 2, k_h, n0 + r); });
+                                 [&](int r) { return kv_row(s.k, k_ss, k_h, n0 + r); });
   };
   auto load_v = [&](int tile) {
     const int n0 = tile * kBN;
     load_tile<kD, kBN, kThreads>(sv_tile, d, p.v,
-                                 [&](int r) { return kv_row(s.v, v_ss, p.v_sb * 2, v_h, n0 + r); });
+                                 [&](int r) { return kv_row(s.v, v_ss, v_h, n0 + r); });
   };
 
-  load_tile<kD, kBM, kThreads>(sq_tile, d, p.q, [&](int r) {
-    const int row = m0 + r;
-    if (row >= rows) return static_cast<const uint8_t*>(nullptr);
-    return s.q + static_cast<int64_t>(pos_of(row)) * p.q_ss * 2 + head_of(row) * p.q_sh * 2;
-  });
-  if (t_lo < t_hi) load_k(t_lo);
+  load_q<kD, kBM, kThreads>(sq_tile, p, s, rw, m0);
+  if (kr.t_lo < kr.t_hi) load_k(kr.t_lo);
   copy_commit();
 
-  // Warps whose rows are all past the sequence only help with the loads (decode tiles).
+  // Warps whose rows are all past the sequence only help with the loads.
   const int wrow = warp * 16 * kMT;  // the warp's first row in the tile
-  const bool active = m0 + wrow < rows;
+  const bool active = m0 + wrow < rw.rows;
 
   float o[kMT][kDT][4];
 #pragma unroll
@@ -300,12 +488,11 @@ __device__ __forceinline__ void fwd(const P& p) {
     row_max[mt][0] = row_max[mt][1] = -INFINITY;
     row_sum[mt][0] = row_sum[mt][1] = 0.f;
   }
-  const bool softcap = p.flags & kSoftcap;
   const Swizzled<kD> q_addr(smem_u32(sq_tile), wrow + (lane & 15), lane / 16);
   const Swizzled<kD> k_addr(smem_u32(sk_tile), (lane / 16) * 8 + (lane & 7), (lane / 8) & 1);
   const Swizzled<kD> v_addr(smem_u32(sv_tile), ((lane / 8) & 1) * 8 + (lane & 7), lane / 16);
 
-  for (int tile = t_lo; tile < t_hi; ++tile) {
+  for (int tile = kr.t_lo; tile < kr.t_hi; ++tile) {
     const int n0 = tile * kBN;
     load_v(tile);
     copy_commit();
@@ -313,144 +500,36 @@ __device__ __forceinline__ void fwd(const P& p) {
     __syncthreads();
 
     float sc[kMT][kNT][4];
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) sc[mt][j][0] = sc[mt][j][1] = sc[mt][j][2] = sc[mt][j][3] = 0.f;
-    }
-    if (active) {
-#pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        if (ks * 16 >= d) break;  // zero padding of a smaller head dim
-        uint32_t a[kMT][4];
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          ldmatrix_x4(a[mt], q_addr(mt * 16, ks * 2));
-        }
-#pragma unroll
-        for (int j = 0; j < kNT; j += 2) {
-          uint32_t bk[4];
-          ldmatrix_x4(bk, k_addr(j * 8, ks * 2));
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) {
-            mma_m16n8k16<T>(sc[mt][j], a[mt], bk[0], bk[1]);
-            mma_m16n8k16<T>(sc[mt][j + 1], a[mt], bk[2], bk[3]);
-          }
-        }
-      }
-    }
+    if (active) qk_tile<T, false>(sc, q_addr, k_addr, d);
     __syncthreads();  // every warp is done with K(tile): its buffer takes K(tile + 1)
-    if (tile + 1 < t_hi) load_k(tile + 1);
+    if (tile + 1 < kr.t_hi) load_k(tile + 1);
     copy_commit();
 
     if (active) {
-      // Scores to the log2 domain (one branch per tile, not per element: both sides cost MUFU
-      // throughput, the softmax's bottleneck), then the mask where this tile crosses a bound.
-      if (softcap) {
-        for_each_score(
-            sc, [&](float& x, int, int, int) { x = fast_tanh(x * p.softcap_pre) * p.scale_log2; });
-      } else {
-        for_each_score(sc, [&](float& x, int, int, int) { x *= p.scale_log2; });
-      }
-      const bool edge = n0 + kBN > s.sk || n0 < pos_hi + shift - p.window_left ||
-                        n0 + kBN - 1 > pos_lo + shift + p.window_right;
-      if (edge) {
-        for_each_score(sc, [&](float& x, int mt, int j, int e) {
-          const int64_t key = n0 + j * 8 + 2 * t4 + (e & 1);
-          const int64_t i = pos_of(m0 + wrow + mt * 16 + g + 8 * (e / 2)) + shift;
-          if (key >= s.sk || key < i - p.window_left || key > i + p.window_right) x = -INFINITY;
-        });
-      }
-      // Online softmax: new row max, rescale what was accumulated, exponentiate.
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float mx = row_max[mt][h];
-#pragma unroll
-          for (int j = 0; j < kNT; ++j) {
-            mx = fmaxf(mx, fmaxf(sc[mt][j][2 * h], sc[mt][j][2 * h + 1]));
-          }
-          mx = quad_max(mx);
-          const float ref = mx == -INFINITY ? 0.f : mx;  // all masked so far: exp2(-inf - 0) = 0
-          const float alpha = exp2f(row_max[mt][h] - ref);
-          row_max[mt][h] = mx;
-          float sum = 0.f;
-#pragma unroll
-          for (int j = 0; j < kNT; ++j) {
-            sc[mt][j][2 * h] = exp2f(sc[mt][j][2 * h] - ref);
-            sc[mt][j][2 * h + 1] = exp2f(sc[mt][j][2 * h + 1] - ref);
-            sum += sc[mt][j][2 * h] + sc[mt][j][2 * h + 1];
-          }
-          row_sum[mt][h] = row_sum[mt][h] * alpha + sum;
-#pragma unroll
-          for (int i = 0; i < kDT; ++i) {
-            o[mt][i][2 * h] *= alpha;
-            o[mt][i][2 * h + 1] *= alpha;
-          }
-        }
-      }
+      log2_scores(sc, p);
+      if (kr.crosses(p, n0, kBN, s.sk)) mask_scores(sc, p, rw, kr, s.sk, n0, m0 + wrow);
+      online_softmax(sc, o, row_max, row_sum);
     }
 
     copy_wait<1>();  // V(tile) has landed (K(tile + 1) may still be in flight)
     __syncthreads();
-    if (active) {
-#pragma unroll
-      for (int ks = 0; ks < kBN / 16; ++ks) {
-        uint32_t a[kMT][4];
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          a[mt][0] = pack2<T>(sc[mt][2 * ks][0], sc[mt][2 * ks][1]);
-          a[mt][1] = pack2<T>(sc[mt][2 * ks][2], sc[mt][2 * ks][3]);
-          a[mt][2] = pack2<T>(sc[mt][2 * ks + 1][0], sc[mt][2 * ks + 1][1]);
-          a[mt][3] = pack2<T>(sc[mt][2 * ks + 1][2], sc[mt][2 * ks + 1][3]);
-        }
-#pragma unroll
-        for (int i = 0; i < kDT; i += 2) {
-          if (i * 8 >= d) break;
-          uint32_t bv[4];
-          ldmatrix_x4_trans(bv, v_addr(ks * 16, i));
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) {
-            mma_m16n8k16<T>(o[mt][i], a[mt], bv[0], bv[1]);
-            mma_m16n8k16<T>(o[mt][i + 1], a[mt], bv[2], bv[3]);
-          }
-        }
-      }
-    }
+    if (active) pv_tile<T, false>(o, sc, v_addr, d);
     __syncthreads();  // every warp is done with V(tile): its buffer takes V(tile + 1)
   }
   copy_wait<0>();  // nothing may be in flight when the CTA exits (Q alone, if no key tile)
 
   if (!active) return;
-  const bool split_out = p.flags & kSplit;
-  constexpr float kLn2 = 0.693147180559945309f;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = m0 + wrow + mt * 16 + g + 8 * h;
       const float total = quad_sum(row_sum[mt][h]);
-      if (row >= rows) continue;
+      if (row >= rw.rows) continue;
       const float inv = total > 0.f ? 1.f / total : 0.f;
       const float lse = total > 0.f ? (row_max[mt][h] + __log2f(total)) * kLn2 : -INFINITY;
-      const int64_t pos = pos_of(row);
-      const int head = head_of(row);
-      if (split_out) {
-        const int64_t acc_row =
-            split * p.acc_split + (static_cast<int64_t>(b) * p.heads + head) * s.sq + pos;
-        float* acc = static_cast<float*>(p.o_accum) + acc_row * d;
-#pragma unroll
-        for (int i = 0; i < kDT; ++i) {
-          const int col = i * 8 + 2 * t4;
-          if (col < d) {
-            *reinterpret_cast<float2*>(acc + col) =
-                make_float2(o[mt][i][2 * h] * inv, o[mt][i][2 * h + 1] * inv);
-          }
-        }
-        if (t4 == 0) static_cast<float*>(p.lse_accum)[acc_row] = lse;
-        continue;
-      }
+      const int64_t pos = rw.pos_of(row);
+      const int head = rw.head_of(row);
       uint8_t* orow = s.o + pos * p.o_ss * 2 + head * p.o_sh * 2;
 #pragma unroll
       for (int i = 0; i < kDT; ++i) {
@@ -468,59 +547,6 @@ __device__ __forceinline__ void fwd(const P& p) {
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// attn_combine: out = sum_s exp(lse_s - lse) * o_s, lse = log sum_s exp(lse_s), one warp per
-// (batch, head, position) row, splits summed in order. Rows without any visible key (every
-// lse_s = -inf) get 0 and -inf.
-// ---------------------------------------------------------------------------------------------
-template <class T, class C, class P>
-__device__ __forceinline__ void combine(const P& p) {
-  constexpr int kPerLane = C::d / 32;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seqlen_q;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (C::threads / 32) + warp;
-  if (row >= rows) return;
-  const float* lse_acc = static_cast<const float*>(p.lse_accum);
-  const float* o_acc = static_cast<const float*>(p.o_accum);
-  const int d = p.d;
-  float mx = -INFINITY;
-  for (int s = 0; s < p.num_splits; ++s) mx = fmaxf(mx, lse_acc[s * p.acc_split + row]);
-  float acc[kPerLane] = {};
-  float total = 0.f;
-  if (mx != -INFINITY) {
-    for (int s = 0; s < p.num_splits; ++s) {
-      const int64_t r = s * p.acc_split + row;
-      const float w = __expf(lse_acc[r] - mx);
-      total += w;
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        const int col = lane + 32 * i;
-        if (col < d) acc[i] += w * o_acc[r * d + col];
-      }
-    }
-  }
-  const float inv = total > 0.f ? 1.f / total : 0.f;
-  const int64_t pos = row % p.seqlen_q, bh = row / p.seqlen_q;
-  const int64_t head = bh % p.heads, b = bh / p.heads;
-  T* orow = reinterpret_cast<T*>(static_cast<uint8_t*>(p.out) +
-                                 (b * p.o_sb + pos * p.o_ss + head * p.o_sh) * 2);
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int col = lane + 32 * i;
-    if (col < d) {
-      if constexpr (std::is_same_v<T, __half>) {
-        orow[col] = __float2half_rn(acc[i] * inv);
-      } else {
-        orow[col] = __float2bfloat16_rn(acc[i] * inv);
-      }
-    }
-  }
-  if (lane == 0 && (p.flags & kWriteLse)) {
-    static_cast<float*>(p.lse)[b * p.lse_sb + head * p.lse_sh + pos] =
-        total > 0.f ? mx + __logf(total) : -INFINITY;
-  }
-}
-
 }  // namespace ak::attention
 
 // The sm_90a path is only included in the device pass that instantiates it.
@@ -535,16 +561,11 @@ __device__ __forceinline__ void combine(const P& p) {
   }
 #endif
 
-// One macro per op, so a single variant list serves both (the combine only reads V::d and
-// V::threads from it).
-#define AK_ATTN_attn_fwd(symbol, T, V)                        \
+// fa2 variants serve attn_fwd alone (prefill never splits: no attn_combine).
+#define AK_ENTRY_FA2(symbol, op, T, V)                        \
   extern "C" __global__ void __launch_bounds__(V::threads, 1) \
       symbol(const __grid_constant__ ak_attention_params p) { \
     ak::attention::fwd<T, V>(p);                              \
   }
-#define AK_ATTN_attn_combine(symbol, T, V)                    \
-  extern "C" __global__ void __launch_bounds__(V::threads)    \
-      symbol(const __grid_constant__ ak_attention_params p) { \
-    ak::attention::combine<T, V>(p);                          \
-  }
-#define AK_ENTRY_FA2(symbol, op, T, V) AK_ATTN_##op(symbol, T, V)
+
+#include "decode.cuh"

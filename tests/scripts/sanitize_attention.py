@@ -1,9 +1,8 @@
 """Attention shapes for compute-sanitizer (memcheck, racecheck): dense (every head dim, causal,
-window, softcap, GQA packing, a padded head dim), varlen with empty sequences and a paged
-split-KV decode, on small odd shapes, each checked against an fp32 torch reference. Run with
-PYTORCH_NO_CUDA_MEMORY_CACHING=1, so that every tensor is its own allocation of exactly its size
-and a read past one is a memcheck error.
-"""
+window, softcap, GQA packing, a padded head dim), varlen with empty sequences and paged
+(split-KV) decodes over 16- and 24-key pages, on small odd shapes, each checked against an fp32
+torch reference. Run with PYTORCH_NO_CUDA_MEMORY_CACHING=1, so that every tensor is its own
+allocation of exactly its size and a read past one is a memcheck error."""
 
 from __future__ import annotations
 
@@ -56,6 +55,16 @@ def main() -> None:
         q = torch.randn(1, 1, 16, 128, device=dev, dtype=dt)
         lens = torch.tensor([n], device=dev, dtype=torch.int32)
         out = ak.attention_decode(q, kp, vp, lens, perm[None].to(torch.int32))
+        close(out, reference(q, kc, vc)[0], dt)
+        # 24-key pages (a 16-key tile spans two), 100 keys in the first five of eight entries:
+        # the rest point nowhere and must not be read.
+        bt = torch.tensor([[3, 0, 4, 1, 2, -1, 2**30, -(2**30)]], device=dev, dtype=torch.int32)
+        kp = torch.randn(5, 24, 2, 128, device=dev, dtype=dt)
+        vp = torch.randn(5, 24, 2, 128, device=dev, dtype=dt)
+        lens = torch.tensor([100], device=dev, dtype=torch.int32)
+        out = ak.attention_decode(q, kp, vp, lens, bt)
+        order = bt[0, :5].long()
+        kc, vc = (x[order].reshape(1, 120, 2, 128)[:, :100] for x in (kp, vp))
         close(out, reference(q, kc, vc)[0], dt)
     torch.cuda.synchronize()
     print("SANITIZE_ATTENTION_OK")

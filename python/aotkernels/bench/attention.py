@@ -20,6 +20,7 @@ from . import reference
 from .common import FLOAT_DTYPES, Row, check, dtypes
 from .timing import cuda_torch, median_ms, probe
 
+TABLES = ("forward", "decode", "varlen")  # what --only may name
 TITLES = (
     "attention forward TFLOP/s vs SDPA flash / cuDNN",
     "attention decode KV-cache TB/s vs SDPA and copy",
@@ -220,18 +221,19 @@ def run(args: argparse.Namespace) -> tuple[list[Row], list[Row], list[Row]]:
     import aotkernels as ak
 
     reps = min(args.reps, 20)
+    tables = set(args.only.split(",")) if args.only else set(TABLES)
     seqs = (1024, 4096, 16384) if args.quick else (512, 1024, 2048, 4096, 8192, 16384)
     fwd = []
-    for dtype in dtypes(args, DTYPES, ("bf16",)):
+    for dtype in dtypes(args, DTYPES, ("bf16",)) if "forward" in tables else ():
         for d in (64, 128, 256):
             for n in seqs:
                 for causal in (False, True):
                     fwd.append(forward_row(torch, ak, dtype, d, n, causal, reps, n == seqs[0]))
                     torch.cuda.empty_cache()
     dec = []
-    for b, ctx in DECODE:
+    for b, ctx in DECODE if "decode" in tables else ():
         for page in (None, 64):
             dec.append(decode_row(torch, ak, b, ctx, page, reps, (b, ctx) == DECODE[0]))
             torch.cuda.empty_cache()
-    var = [varlen_row(torch, ak, causal, reps) for causal in (False, True)]
+    var = [varlen_row(torch, ak, c, reps) for c in (False, True)] if "varlen" in tables else []
     return fwd, dec, var

@@ -76,6 +76,10 @@ def parser() -> argparse.ArgumentParser:
         help="gemm: squares 4096, 8192 and M {16, 1024} x (N, K) {(4096, 4096), (14336, 4096)}; "
         "quant: 16384 x 4096 only; attention: N {1024, 4096, 16384}",
     )
+    ap.add_argument(
+        "--only",
+        help="attention: comma-separated tables to run: forward, decode, varlen (default all)",
+    )
     ap.add_argument("--reps", type=int, default=50, help="gemm: timed calls per round (2 rounds)")
     ap.add_argument(
         "--fast-accum", action="store_true", help="gemm: use_fast_accum=True for _scaled_mm"
@@ -101,6 +105,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         unknown = sorted(set(args.dtypes.split(",")) - known)
         if unknown:
             ap.error(f"--dtypes: {unknown} not run by {args.what} (known: {sorted(known)})")
+    if args.only is not None:
+        unknown = sorted(set(args.only.split(",")) - set(attention.TABLES))
+        if unknown:
+            ap.error(f"--only: unknown {unknown} (known: {', '.join(attention.TABLES)})")
     bad = sorted(set(args.shapes.split(",")) - {"square", "llm"})
     if bad:
         ap.error(f"--shapes: unknown {bad} (known: square, llm)")

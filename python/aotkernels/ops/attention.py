@@ -1,13 +1,15 @@
 """Attention forward: ``attention`` (dense), ``attention_varlen`` (packed) and ``attention_decode``
 (KV cache, contiguous or paged, split-KV), f16 / bf16 with f32 accumulation.
 
-Two kernel templates serve the three ops (arch_matrix.toml, [families.attention]): the
+Three kernel templates serve the three ops (arch_matrix.toml, [families.attention]): the
 FlashAttention-2 design on mma.sync, built for sm_75 (f16 only) .. sm_120a and compute_80 PTX,
-and on sm_90a the FlashAttention-3 design (TMA, wgmma, warp specialization) for prefill.
-Causal masks, sliding windows, softcap, GQA packing, paging and split-KV are run-time flags; the
-compiled head dims are the variants (FA2 and FA3: 64, 128, 256), and a head dim d (a
-multiple of 8 up to 256) runs the smallest variant with d' >= d, the loads zero-filling the
-columns past d.
+and on sm_90a the FlashAttention-3 design (TMA, wgmma, warp specialization) for prefill;
+``attention_decode`` runs a flash-decoding kernel (the ``dec`` path, every target) whose warps
+each stream their own 16-key tiles of the cache through a multi-stage cp.async ring and merge
+in shared memory, then split-KV partials are merged by a second launch. Causal masks, sliding
+windows, softcap, GQA packing, paging and split-KV are run-time flags; the compiled head dims
+are the variants (64, 128, 256 on every path), and a head dim d (a multiple of 8 up to 256)
+runs the smallest variant with d' >= d, the loads zero-filling the columns past d.
 
 Each op is one declaration (``ops/_op.py``): ``attention`` / ``attention_lse``,
 ``attention_varlen`` / ``attention_varlen_lse`` (the ``_lse`` ops also return the log-sum-exp)
@@ -19,12 +21,12 @@ and ``attention_decode`` (with its split-KV workspace as hidden outputs). Their 
 * ``configure`` (a ``Problem``, the output's strides and the variants of the loaded image) gives
   a ``Config``: every scalar kernel parameter, grid, block and shared memory.
 
-Variant choice (``_pick``): the first variant of ``_PATH_ORDER`` present in the loaded image
-whose d is at least the head dim (decode tiles for ``attention_decode``, prefill tiles
-otherwise), fa3 only for the calls it takes (``fa3_refusal``: ``attention`` / ``attention_varlen``
-with head dims 64 .. 256, operands a TMA map can describe, no GQA group short enough for FA2 to
-pack; decode, paging and split-KV always run FA2). ``AOTKERNELS_ATTENTION_PATH`` forces a path:
-``fa2``, or ``fa3``, which raises for a call fa3 cannot take (tests run every path a GPU can run).
+Variant choice (``_pick``): for ``attention_decode`` the dec variant, otherwise the first
+variant of ``_PATH_ORDER`` present in the loaded image whose d is at least the head dim, fa3 only
+for the calls it takes (``fa3_refusal``: ``attention`` / ``attention_varlen`` with head dims
+64 .. 256, operands a TMA map can describe, no GQA group short enough for FA2 to pack).
+``AOTKERNELS_ATTENTION_PATH`` forces a prefill path: ``fa2``, or ``fa3``, which raises for a call
+fa3 cannot take, decode included (tests run every path a GPU can run).
 """
 
 from __future__ import annotations
@@ -59,18 +61,20 @@ __all__ = [
 
 FAMILY = "attention"
 ENV = "AOTKERNELS_ATTENTION_PATH"
-# Paths in order of preference (fa3 exists only in sm_90a images).
+# Prefill paths in order of preference (fa3 exists only in sm_90a images); decode has its own.
 _PATH_ORDER = ("fa3", "fa2")
+_DECODE_PATH = "dec"
 _FA3_BOX = 64  # head-dim columns per TMA box (128 bytes: the swizzle span)
 _PACK_ROWS = 128  # FA2's prefill tiles: a GQA group with sq * group <= this is packed
 _MAX_SEQ = 2**31 - 1  # sequence positions are 32-bit in the kernel
 _UNBOUNDED = 2**62  # a window side without a limit
 _MAX_GRID_YZ = 65535
 _MAX_DECODE_Q = 16
-_DECODE_ROWS = 16  # query rows of every decode tile (one warp): the split rule counts on it
-_SPLIT_CTAS = 512  # split-KV aims at this many decode CTAs (~4 one-warp CTAs per SM)
-_SPLIT_KEYS = 256  # and gives each split at least this many keys
-_MAX_SPLITS = 128
+_DECODE_ROWS = 16  # query rows of every decode CTA: the split rule counts on it
+# Split-KV aims at this many decode CTAs: four fit an H100 / H200 SM (their shared memory, each
+# under 64 KiB, is what bounds them), so about one wave there; fewer GPUs' SMs take it in waves.
+_SPLIT_CTAS = 512
+_SPLIT_KEYS = 64  # and gives each split at least this many keys (4 tiles)
 _LOG2E = 1.4426950408889634
 
 
@@ -79,7 +83,7 @@ class Tile(NamedTuple):
 
     name: str
     path: str
-    decode: int  # 1: a tile of attention_decode (one warp, 16 rows), 0: of the prefill ops
+    decode: int  # 1: a tile of attention_decode (the dec path, 16 rows), 0: of the prefill ops
     d: int
     bm: int
     bn: int
@@ -328,13 +332,14 @@ def validate_varlen(
 
 
 def decode_splits(batch: int, kv_heads: int, rows_per_kv: int, capacity: int) -> int:
-    """Split-KV factor of a decode launch: about ``_SPLIT_CTAS`` one-warp CTAs (what keeps enough
-    K / V tiles in flight to stream the cache), each split keeping ``_SPLIT_KEYS`` keys or more
-    so that its partial is worth the combine. No device input: the workspace shape follows."""
+    """Split-KV factor of a decode launch: about ``_SPLIT_CTAS`` CTAs (what keeps enough K / V
+    tiles in flight to stream the cache), each split keeping ``_SPLIT_KEYS`` keys or more so
+    that its partial is worth the combine. No device input: the workspace shape follows."""
     ctas = math.ceil(rows_per_kv / _DECODE_ROWS) * kv_heads * batch
     if ctas == 0 or ctas >= _SPLIT_CTAS:
         return 1
-    return max(1, min(_SPLIT_CTAS // ctas, capacity // _SPLIT_KEYS, _MAX_SPLITS))
+    most = int(_loader.constants(FAMILY)["max_splits"])
+    return max(1, min(_SPLIT_CTAS // ctas, capacity // _SPLIT_KEYS, most))
 
 
 def validate_decode(
@@ -381,8 +386,11 @@ def validate_decode(
                 f"{op}: block_table must have a contiguous last dimension, got strides "
                 f"{block_table.strides}"
             )
-        if page < 16:
-            raise ValueError(f"{op}: the page size (k_cache.shape[1]) must be >= 16, got {page}")
+        min_page = int(_loader.constants(FAMILY)["min_page"])
+        if page < min_page:
+            raise ValueError(
+                f"{op}: the page size (k_cache.shape[1]) must be >= {min_page}, got {page}"
+            )
         capacity = page * block_table.shape[1]
         bt_sb = block_table.strides[0]
         flags |= _flag("paged")
@@ -431,7 +439,7 @@ def fa3_maps(p: Problem, bm: int, bn: int) -> tuple[_op.TensorMap, ...]:
 def fa3_refusal(p: Problem) -> str | None:
     """Why the fa3 path does not take ``p`` (None: it does)."""
     if p.op == "attention_decode":
-        return "decode (paged KV, split-KV) runs on the FA2 path"
+        return "decode (paged KV, split-KV) runs on the dec path"
     if p.d < 64:
         return f"head dim {p.d} is below the fa3 variants' 64"
     if min(p.rows) == 0:
@@ -455,19 +463,21 @@ def fa3_refusal(p: Problem) -> str | None:
 
 
 def _tiles(fam: Any, dtype: str) -> list[Tile]:
-    """The variants of the loaded image that hold a ``dtype`` forward kernel, in path order."""
+    """The variants of the loaded image that hold a ``dtype`` forward kernel: the prefill ones
+    in path order (the forced path alone, if any), then the decode ones."""
     forced = os.environ.get(ENV, "")
     if forced and forced not in _PATH_ORDER:
         raise ValueError(f"{ENV} must be one of {', '.join(_PATH_ORDER)}, got {forced!r}")
+    order = (*_PATH_ORDER, _DECODE_PATH)
     out = []
     for name, v in fam.variants.items():
         if f"ak_attn_fwd_{dtype}_{name}" not in fam.kernels:
             continue
-        if forced and v["path"] != forced:
+        if forced and v["path"] not in (forced, _DECODE_PATH):
             continue
         ints = [int(v[key]) for key in ("decode", "d", "bm", "bn", "threads", "smem")]
         out.append(Tile(name, str(v["path"]), *ints))
-    out.sort(key=lambda t: (_PATH_ORDER.index(t.path), t.d))
+    out.sort(key=lambda t: (order.index(t.path), t.d))
     return out
 
 
@@ -495,7 +505,7 @@ def configure(
         raise AssertionError(f"{tile.name}: decode tiles must have {_DECODE_ROWS} rows")
     # GQA packing: a group's query heads share the tile when the queries are too few to fill it
     # (always for decode): K/V are then read once per KV head.
-    pack = tile.path == "fa2" and group > 1 and (decode or p.sq * group <= tile.bm)
+    pack = tile.path != "fa3" and group > 1 and (decode or p.sq * group <= tile.bm)
     rows = p.sq * group if pack else p.sq
     slots = p.kv_heads if pack else p.heads
     m_blocks = max(1, math.ceil(rows / tile.bm))
