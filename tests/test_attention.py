@@ -804,6 +804,18 @@ def test_dense(dtype: str, d: int, sq: int, sk: int, causal: bool) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(("d", "sk"), [(64, 2100), (128, 16400), (256, 8200)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_wide_key_tiles(d: int, sk: int, causal: bool) -> None:
+    """Key lengths past the min_keys of fa3's wider key tiles (arch_matrix.toml), each ending in
+    a partial tile (on the fa2 path, the same calls on FA2)."""
+    torch = _torch()
+    torch.manual_seed(sk + d)
+    q, k, v = (rand(1, n, 2, d, dtype=torch.bfloat16) for n in (300, sk, sk))
+    check(q, k, v, causal=causal)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("group", [1, 4, 8])
 @pytest.mark.parametrize(("sq", "sk"), [(1, 1000), (17, 128), (1000, 1000), (128, 4097)])
