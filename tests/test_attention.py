@@ -351,9 +351,12 @@ TILES = [
     Tile("dec_d256", "dec", 1, 256, 16, 16, 32, 57344),
 ]
 FA3_TILES = [
-    Tile("fa3_d64", "fa3", 0, 64, 128, 128, 384, 149504),
-    Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 165888),
-    Tile("fa3_d256", "fa3", 0, 256, 128, 64, 384, 198656),
+    Tile("fa3_d64", "fa3", 0, 64, 128, 128, 384, 165376),
+    Tile("fa3_d64_n192", "fa3", 0, 64, 128, 192, 384, 181760, 2048),
+    Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 198144),
+    Tile("fa3_d128_n176", "fa3", 0, 128, 128, 176, 384, 214528, 16384),
+    Tile("fa3_d256", "fa3", 0, 256, 128, 64, 384, 198144),
+    Tile("fa3_d256_n80", "fa3", 0, 256, 128, 80, 384, 230912, 8192),
     *TILES,
 ]
 
@@ -629,10 +632,33 @@ def test_fa3_refusals() -> None:
 )
 def test_fa3_variant_by_head_dim(d: int, variant: str) -> None:
     q = meta((2, 1000, 8, d))
-    cfg = configure(validate_dense(q, q, q, False, None, None, None, False), q.strides, FA3_TILES)
+    p = validate_dense(q, q, q, False, None, None, None, False)
+    cfg = configure(p, q.strides, FA3_TILES)
     assert cfg.tile.name == variant
     if variant.startswith("fa3"):
-        assert cfg.grid == (8, 8, 2) and cfg.block == 384 and cfg.fields["flags"] & 16 == 0
+        # one CTA per pair of query tiles (8 tiles, 8 heads, 2 sequences) without an SM count
+        assert cfg.grid == (64, 1, 1) and cfg.block == 384 and cfg.fields["flags"] & 16 == 0
+        sms = configure(p, q.strides, FA3_TILES, sms=48)
+        assert sms.grid == (48, 1, 1)  # persistent: at most one CTA per SM
+
+
+@pytest.mark.parametrize(
+    ("d", "sk", "variant"),
+    [
+        (64, 2047, "fa3_d64"),
+        (64, 2048, "fa3_d64_n192"),
+        (128, 8192, "fa3_d128"),
+        (128, 16384, "fa3_d128_n176"),
+        (256, 4096, "fa3_d256"),
+        (256, 9000, "fa3_d256_n80"),
+    ],
+)
+def test_fa3_key_tile_by_key_length(d: int, sk: int, variant: str) -> None:
+    """The widest key tile whose min_keys the key length reaches (the query length plays no
+    part)."""
+    q, kv = meta((1, 300, 8, d)), meta((1, sk, 8, d))
+    p = validate_dense(q, kv, kv, True, None, None, None, False)
+    assert configure(p, q.strides, FA3_TILES).tile.name == variant
 
 
 def test_runner_fa3(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -642,8 +668,9 @@ def test_runner_fa3(monkeypatch: pytest.MonkeyPatch) -> None:
     q, k, v = qkv(b=2, sq=300, sk=500, h=8, hkv=2, d=128)
     ak.attention(q, k, v, causal=True, return_lse=True)
     (ln,) = gpu.launches
-    assert ln["symbol"] == "ak_attn_fwd_f16_fa3_d128" and ln["grid"] == (3, 8, 2)
-    assert ln["block"] == (384, 1, 1) and ln["smem"] == 165888 and ln["flags"] == 32
+    assert ln["symbol"] == "ak_attn_fwd_f16_fa3_d128" and ln["grid"] == (32, 1, 1)
+    assert ln["block"] == (384, 1, 1) and ln["flags"] == 32
+    assert ln["smem"] == gpu.family.variants["fa3_d128"]["smem"]
     off = gpu.family.field_offsets
     ptr_index = {n: i for i, n in enumerate(gpu.ptr_names)}
     tq, tk, tv = ln["tmaps"]
@@ -780,6 +807,18 @@ def test_dense(dtype: str, d: int, sq: int, sk: int, causal: bool) -> None:
         rand(b, sk, h, d, dtype=dt),
         causal=causal,
     )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("d", "sk"), [(64, 2100), (128, 16400), (256, 8200)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_wide_key_tiles(d: int, sk: int, causal: bool) -> None:
+    """Key lengths past the min_keys of fa3's wider key tiles (arch_matrix.toml), each ending in
+    a partial tile (on the fa2 path, the same calls on FA2)."""
+    torch = _torch()
+    torch.manual_seed(sk + d)
+    q, k, v = (rand(1, n, 2, d, dtype=torch.bfloat16) for n in (300, sk, sk))
+    check(q, k, v, causal=causal)
 
 
 @pytest.mark.gpu

@@ -3,11 +3,13 @@
 // causal / windows, softcap, LSE); paged KV and split-KV decode stay on the FA2 path (the op
 // layer never picks this one for them).
 //
-// One CTA per (query tile of bm = 128 rows, query head, batch), 3 warpgroups:
+// A persistent grid (at most one CTA per SM, each walking a static list of query tiles of
+// bm = 128 rows: for_each_tile), 3 warpgroups:
 //   warpgroup 0   producer: one thread issues the TMA boxes (setmaxnreg.dec: it needs almost no
-//                 registers): Q once, then K and V of each key tile into a ring of `stages`
-//                 buffers, K(j) and V(j) behind separate barriers so S(j) can start before V(j)
-//                 lands.
+//                 registers): per query tile Q, then K and V of each key tile into a ring of
+//                 `stages` buffers that runs on across tiles (the next tile's K / V land while
+//                 the current one finishes), K(j) and V(j) behind separate barriers so S(j) can
+//                 start before V(j) lands.
 //   warpgroups 1, 2   consumers (setmaxnreg.inc): consumer c owns query rows [64 c, 64 c + 64).
 //
 // Tiles in shared memory are the TMA boxes as they land: rows of 64 elements (128 bytes) of the
@@ -23,12 +25,12 @@
 // (intra-warpgroup overlap). The two consumers take turns issuing their wgmmas (two named
 // barriers): while one runs its softmax, the other's GEMMs have the tensor cores (ping-pong).
 //
-// Key tiles are walked from the last to the first, so a causal CTA meets its masked tiles first
-// and the rest run without mask arithmetic; query tiles are launched last-first, so the longest
-// causal CTAs start first. Masks, fully masked rows (0 and an LSE of -inf) and the visibility
-// rule are the FA2 kernel's. Reads past the end of a dense tensor are zeros (TMA bounds); in a
-// varlen batch a tile's rows past its sequence belong to the next one, so keys there are masked
-// and the V rows zeroed in shared memory before P V (P is 0 there, but 0 * inf would be NaN).
+// Key tiles are walked from the last to the first, so a causal tile meets its masked key tiles
+// first and the rest run without mask arithmetic. Masks, fully masked rows (0 and an LSE of -inf)
+// and the visibility rule are the FA2 kernel's. Reads past the end of a dense tensor are zeros (TMA
+// bounds); in a varlen batch a tile's rows past its sequence belong to the next one, so keys there
+// are masked and the V rows zeroed in shared memory before P V (P is 0 there, but 0 * inf would be
+// NaN).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -41,28 +43,55 @@
 
 namespace ak::attention::fa3 {
 
+// Accumulator lists of the S tile widths beyond ak/hopper.cuh's 32 / 64 / 128 registers.
+#define AK_FA3_D40                                                                              \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
+  "%38, %39}"
+#define AK_FA3_D88                                                                              \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
+  "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "  \
+  "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87}"
+#define AK_FA3_D96                                                                              \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
+  "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "  \
+  "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "  \
+  "%92, %93, %94, %95}"
+
 // d (m64 x kN f32) = a * b (+ d unless scale_d == 0): one k16 step, A and B from shared memory,
-// both K-major.
+// both K-major. kN: the key tile widths of the variants.
 template <class T, int kN>
 __device__ __forceinline__ void mma_ss(float (&d)[kN / 2], uint64_t a, uint64_t b,
                                        uint32_t scale_d) {
-  static_assert(kN == 64 || kN == 128, "S tile widths of this path");
-#define AK_FA3_SS(TYPE, DREGS, ACC, IA, IB, IS)                                      \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS                               \
-               ", 0;\n"                                                              \
-               "wgmma.mma_async.sync.aligned.m64n" #TYPE " " DREGS ", %" IA ", %" IB \
-               ", p, 1, 1, 0, 0;\n}\n"                                               \
-               : ACC                                                                 \
+  static_assert(kN == 64 || kN == 80 || kN == 128 || kN == 176 || kN == 192,
+                "S tile widths of this path");
+#define AK_FA3_SS_T(N, TYPE, DREGS, IA, IB, IS, ...)                                              \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS                                            \
+               ", 0;\n"                                                                           \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " " DREGS ", %" IA \
+               ", %" IB ", p, 1, 1, 0, 0;\n}\n"                                                   \
+               : __VA_ARGS__                                                                      \
                : "l"(a), "l"(b), "r"(scale_d))
-  if constexpr (std::is_same_v<T, __half> && kN == 64) {
-    AK_FA3_SS(64k16.f32.f16.f16, AK_WG_D32, AK_WG_ACC32("+f"), "32", "33", "34");
-  } else if constexpr (std::is_same_v<T, __half>) {
-    AK_FA3_SS(128k16.f32.f16.f16, AK_WG_D64, AK_WG_ACC64("+f", 0), "64", "65", "66");
-  } else if constexpr (kN == 64) {
-    AK_FA3_SS(64k16.f32.bf16.bf16, AK_WG_D32, AK_WG_ACC32("+f"), "32", "33", "34");
-  } else {
-    AK_FA3_SS(128k16.f32.bf16.bf16, AK_WG_D64, AK_WG_ACC64("+f", 0), "64", "65", "66");
+#define AK_FA3_SS(N, ...)                      \
+  if constexpr (kN == N) {                     \
+    if constexpr (std::is_same_v<T, __half>) { \
+      AK_FA3_SS_T(N, "f16", __VA_ARGS__);      \
+    } else {                                   \
+      AK_FA3_SS_T(N, "bf16", __VA_ARGS__);     \
+    }                                          \
   }
+  AK_FA3_SS(64, AK_WG_D32, "32", "33", "34", AK_WG_ACC32("+f"))
+  AK_FA3_SS(80, AK_FA3_D40, "40", "41", "42", AK_WG_ACC32("+f"), AK_WG_ACC8("+f", 32))
+  AK_FA3_SS(128, AK_WG_D64, "64", "65", "66", AK_WG_ACC64("+f", 0))
+  AK_FA3_SS(176, AK_FA3_D88, "88", "89", "90", AK_WG_ACC64("+f", 0), AK_WG_ACC8("+f", 64),
+            AK_WG_ACC8("+f", 72), AK_WG_ACC8("+f", 80))
+  AK_FA3_SS(192, AK_FA3_D96, "96", "97", "98", AK_WG_ACC64("+f", 0), AK_WG_ACC8("+f", 64),
+            AK_WG_ACC8("+f", 72), AK_WG_ACC8("+f", 80), AK_WG_ACC8("+f", 88))
+#undef AK_FA3_SS_T
 #undef AK_FA3_SS
 }
 
@@ -102,14 +131,16 @@ __device__ __forceinline__ void mma_rs(float (&d)[kN / 2], const uint32_t* a, ui
 template <class T, class V>
 struct Fwd {
   static constexpr int kD = V::d, kBM = V::bm, kBN = V::bn, kStages = V::stages;
+  static constexpr int kQBufs = V::q_bufs;  // 2: the next tile's Q lands while this one runs
   static constexpr int kConsumers = kBM / 64;
   static constexpr int kDB = kD / 64;  // 64-column (128-byte) blocks of the head dim
   static constexpr int kQBytes = kBM * kD * 2, kKVBytes = kBN * kD * 2;
-  // Q, the K ring, the V ring, then the barriers: q_full, k_full[], k_empty[], v_full[], v_empty[].
-  static constexpr int kKOff = kQBytes, kVOff = kKOff + kStages * kKVBytes;
+  // The Q buffers, the K ring, the V ring, then the barriers: q_full[], q_empty[], k_full[],
+  // k_empty[], v_full[], v_empty[].
+  static constexpr int kKOff = kQBufs * kQBytes, kVOff = kKOff + kStages * kKVBytes;
   static constexpr int kBarOff = kVOff + kStages * kKVBytes;
-  static constexpr int kSmemUsed = kBarOff + (1 + 4 * kStages) * 8 + 1024;  // + base alignment
-  static constexpr int kS = kBN / 2, kO = kD / 2, kP = kBN / 4;             // registers per thread
+  static constexpr int kSmemUsed = kBarOff + (2 * kQBufs + 4 * kStages) * 8 + 1024;  // + align
+  static constexpr int kS = kBN / 2, kO = kD / 2, kP = kBN / 4;  // registers per thread
   // setmaxnreg: 2 consumers x 128 x 232 + 128 x 40 = 64512 of the 64K-register file.
   static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
   // Named barriers: 1, 2 the consumers' turns at the tensor cores; 3, 4 each consumer alone.
@@ -123,60 +154,109 @@ struct Fwd {
   struct Work {
     Seq s;
     int m0, head, hk, b;
-    int t_lo, t_hi;  // key tiles [t_lo, t_hi), walked from t_hi - 1 down
+    int t_lo, t_hi;  // key tiles [t_lo, t_hi), walked from t_hi - 1 down; none past the sequence
     int64_t shift;   // sk - sq: the bottom-right alignment of the masks
   };
 
-  static __device__ __forceinline__ Work work(const ak_attention_params& p) {
+  struct Bars {
+    uint32_t q_full, q_empty, k_full, k_empty, v_full, v_empty;
+    explicit __device__ __forceinline__ Bars(uint32_t smem)
+        : q_full(smem + kBarOff),
+          q_empty(q_full + 8 * kQBufs),
+          k_full(q_empty + 8 * kQBufs),
+          k_empty(k_full + 8 * kStages),
+          v_full(k_empty + 8 * kStages),
+          v_empty(v_full + 8 * kStages) {}
+  };
+
+  static __device__ __forceinline__ Work work(const ak_attention_params& p, int mb, int head,
+                                              int b) {
     Work w;
-    w.b = static_cast<int>(blockIdx.z);
-    w.s = sequence(p, w.b);
-    w.m0 = static_cast<int>(gridDim.x - 1 - blockIdx.x) * kBM;
-    w.head = static_cast<int>(blockIdx.y);
-    w.hk = w.head / (p.heads / p.kv_heads);
+    w.b = b;
+    w.s = sequence(p, b);
+    w.m0 = mb * kBM;
+    w.head = head;
+    w.hk = head / (p.heads / p.kv_heads);
     w.shift = static_cast<int64_t>(w.s.sk) - w.s.sq;
     const int64_t pos_hi = min(w.m0 + kBM, w.s.sq) - 1;
     const int64_t key_lo = max(int64_t{0}, w.m0 + w.shift - p.window_left);
     const int64_t key_hi = min(static_cast<int64_t>(w.s.sk), pos_hi + w.shift + p.window_right + 1);
     w.t_lo = static_cast<int>(key_lo / kBN);
-    w.t_hi = key_hi > key_lo ? static_cast<int>((key_hi + kBN - 1) / kBN) : w.t_lo;
+    w.t_hi = key_hi > key_lo && w.m0 < w.s.sq ? static_cast<int>((key_hi + kBN - 1) / kBN) : w.t_lo;
     return w;
   }
 
-  static __device__ __forceinline__ void produce(const ak_attention_params& p, const Work& w,
-                                                 uint32_t smem) {
-    const uint32_t q_full = smem + kBarOff, k_full = q_full + 8, k_empty = k_full + 8 * kStages;
-    const uint32_t v_full = k_empty + 8 * kStages, v_empty = v_full + 8 * kStages;
+  // The persistent schedule, the same for every warpgroup of a CTA: work unit u (CTA x, then
+  // x + gridDim.x, ...) is the pair of query tiles mb and M - 1 - mb of one (head, sequence),
+  // the later tile first. A causal pair holds M + 1 key tiles whatever mb is, so the static
+  // round-robin stays balanced; consecutive units share a head, so the CTAs in flight read the
+  // same K / V from L2. Results of a tile never depend on which CTA runs it.
+  template <class F>
+  static __device__ __forceinline__ void for_each_tile(const ak_attention_params& p, F&& f) {
+    // One flat loop (both tiles of a unit decoded from u each time): less state stays live
+    // across a tile.
+    // Unsigned: units < 2^31 (the host's bound), so u + gridDim.x cannot wrap.
+    const uint32_t mbs = (p.seqlen_q + kBM - 1) / kBM, pairs = (mbs + 1) / 2;
+    const uint32_t heads = p.heads, units = pairs * heads * p.batch;
+    for (uint32_t u = blockIdx.x, second = 0; u < units; u += second ? gridDim.x : 0, second ^= 1) {
+      const uint32_t k = u % pairs, hb = u / pairs;
+      const uint32_t mb = second ? k : mbs - 1 - k;
+      if (second && mb == mbs - 1 - k) continue;  // the middle tile of an odd count: no pair
+      f(work(p, static_cast<int>(mb), static_cast<int>(hb % heads), static_cast<int>(hb / heads)));
+    }
+  }
+
+  // One thread issues every TMA box. `it` counts key tiles through the K / V ring across the
+  // CTA's tiles, so the next tile's loads start while the consumers finish the current one; Q
+  // waits until both consumers have issued their last S of the previous tile.
+  static __device__ __forceinline__ void produce(const ak_attention_params& p, uint32_t smem) {
+    const Bars bar(smem);
     const bool varlen = p.flags & kVarlen;
-    // Map coordinates (d, head, row, batch); varlen maps are [total, H, d] with a unit batch.
-    const int32_t qb = varlen ? 0 : w.b, q_row = static_cast<int32_t>(w.s.q0) + w.m0;
-    const int32_t k_row = static_cast<int32_t>(w.s.k0);
-    const int n = w.t_hi - w.t_lo;
-    if (n <= 0) return;
-    bar_arrive_expect_tx(q_full, kQBytes);
+    uint32_t it = 0, tq = 0;
+    for_each_tile(p, [&](const Work& w) {
+      // Map coordinates (d, head, row, batch); varlen maps are [total, H, d] with a unit batch.
+      const int32_t qb = varlen ? 0 : w.b, q_row = static_cast<int32_t>(w.s.q0) + w.m0;
+      const int32_t k_row = static_cast<int32_t>(w.s.k0);
+      const int n = w.t_hi - w.t_lo;
+      for (int i = 0; i < n; ++i, ++it) {
+        const uint32_t stage = it % kStages, phase = (it / kStages) & 1;
+        const int32_t row = k_row + (w.t_hi - 1 - i) * kBN;
+        // Parity phase ^ 1 passes at once on a fresh barrier: the ring starts empty.
+        bar_wait(bar.k_empty + 8 * stage, phase ^ 1);
+        bar_arrive_expect_tx(bar.k_full + 8 * stage, kKVBytes);
+        const uint32_t k = smem + kKOff + stage * kKVBytes, v = smem + kVOff + stage * kKVBytes;
 #pragma unroll
-    for (int j = 0; j < kDB; ++j) {
-      tma_load_4d(smem + j * kBM * 128, &p.tmap_q, q_full, 64 * j, w.head, q_row, qb);
-    }
-    for (int i = 0; i < n; ++i) {
-      const int stage = i % kStages;
-      const uint32_t phase = (i / kStages) & 1;
-      const int32_t row = k_row + (w.t_hi - 1 - i) * kBN;
-      // Parity phase ^ 1 passes at once on a fresh barrier: the ring starts empty.
-      bar_wait(k_empty + 8 * stage, phase ^ 1);
-      bar_arrive_expect_tx(k_full + 8 * stage, kKVBytes);
-      const uint32_t k = smem + kKOff + stage * kKVBytes, v = smem + kVOff + stage * kKVBytes;
+        for (int j = 0; j < kDB; ++j) {
+          tma_load_4d(k + j * kBN * 128, &p.tmap_k, bar.k_full + 8 * stage, 64 * j, w.hk, row, qb);
+        }
+        if (i == 0) {
+          const uint32_t qi = tq % kQBufs, q_full = bar.q_full + 8 * qi;
+          bar_wait(bar.q_empty + 8 * qi, ((tq / kQBufs) & 1) ^ 1);
+          bar_arrive_expect_tx(q_full, kQBytes);
 #pragma unroll
-      for (int j = 0; j < kDB; ++j) {
-        tma_load_4d(k + j * kBN * 128, &p.tmap_k, k_full + 8 * stage, 64 * j, w.hk, row, qb);
+          for (int j = 0; j < kDB; ++j) {
+            tma_load_4d(smem + qi * kQBytes + j * kBM * 128, &p.tmap_q, q_full, 64 * j, w.head,
+                        q_row, qb);
+          }
+          ++tq;
+        }
+        bar_wait(bar.v_empty + 8 * stage, phase ^ 1);
+        bar_arrive_expect_tx(bar.v_full + 8 * stage, kKVBytes);
+#pragma unroll
+        for (int j = 0; j < kDB; ++j) {
+          tma_load_4d(v + j * kBN * 128, &p.tmap_v, bar.v_full + 8 * stage, 64 * j, w.hk, row, qb);
+        }
       }
-      bar_wait(v_empty + 8 * stage, phase ^ 1);
-      bar_arrive_expect_tx(v_full + 8 * stage, kKVBytes);
-#pragma unroll
-      for (int j = 0; j < kDB; ++j) {
-        tma_load_4d(v + j * kBN * 128, &p.tmap_v, v_full + 8 * stage, 64 * j, w.hk, row, qb);
-      }
-    }
+    });
+  }
+
+  // exp2 as the bare MUFU.EX2: exp2f's handling of results below 2^-126 costs three more
+  // instructions per score; such probabilities round to 0 in T's P anyway (f16), or carry no
+  // weight next to the row's maximum term, 1 (bf16).
+  static __device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
   }
 
   // Scores of key tile `tile` to probabilities: log2-domain logits, the mask where the tile
@@ -187,44 +267,58 @@ struct Fwd {
                                                  float (&mx)[2], float (&sum)[2],
                                                  float (&alpha)[2]) {
     const int t4 = threadIdx.x % 4;
-    if (p.flags & kSoftcap) {
+    // With a positive scale the scores stay raw (the max commutes with it) and each
+    // probability is exp2(fma(s, scale, -max)); a softcap or another scale maps them first.
+    const bool mapped = (p.flags & kSoftcap) || !(p.scale_log2 > 0.f);
+    if (mapped) {  // one branch for both (a separate plain-scale one becomes unconditional)
+      const bool cap = p.flags & kSoftcap;
 #pragma unroll
-      for (int i = 0; i < kS; ++i) s[i] = fast_tanh(s[i] * p.softcap_pre) * p.scale_log2;
-    } else {
-#pragma unroll
-      for (int i = 0; i < kS; ++i) s[i] *= p.scale_log2;
+      for (int i = 0; i < kS; ++i) {
+        s[i] = (cap ? fast_tanh(s[i] * p.softcap_pre) : s[i]) * p.scale_log2;
+      }
     }
+    const float sc = mapped ? 1.f : p.scale_log2;
     const int n0 = tile * kBN;
     const int64_t pos_lo = wg_lo, pos_hi = wg_lo + 63;
     const bool edge = n0 + kBN > w.s.sk || n0 < pos_hi + w.shift - p.window_left ||
                       n0 + kBN - 1 > pos_lo + w.shift + p.window_right;
     if (edge) {
+      // Per row, the visible columns [lo, hi] of this tile, clamped to it in 64 bits so that
+      // the per-score tests are 32-bit.
+      int lo[2], hi[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t at = row0 + 8 * h + w.shift - n0;  // the row's aligned key, tile-relative
+        const int64_t last = min(at + p.window_right, static_cast<int64_t>(w.s.sk) - 1 - n0);
+        hi[h] = static_cast<int>(max(int64_t{-1}, min(last, int64_t{kBN})));
+        lo[h] = static_cast<int>(max(int64_t{0}, min(at - p.window_left, int64_t{kBN})));
+      }
 #pragma unroll
       for (int i = 0; i < kS; ++i) {
-        const int64_t key = n0 + 8 * (i / 4) + 2 * t4 + (i % 2);
-        const int64_t at = row0 + 8 * ((i / 2) % 2) + w.shift;
-        if (key >= w.s.sk || key < at - p.window_left || key > at + p.window_right) {
-          s[i] = -INFINITY;
-        }
+        const int col = 8 * (i / 4) + 2 * t4 + (i % 2), h = (i / 2) % 2;
+        if (col < lo[h] || col > hi[h]) s[i] = -INFINITY;
       }
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float m = mx[h];
+      float m0 = -INFINITY, m1 = -INFINITY;  // two chains: half the dependent FMNMX latency
 #pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) m = fmaxf(m, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-      m = quad_max(m);
+      for (int j = 0; j < kBN / 8; j += 2) {
+        m0 = fmaxf(m0, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+        if (j + 1 < kBN / 8) m1 = fmaxf(m1, fmaxf(s[4 * j + 4 + 2 * h], s[4 * j + 5 + 2 * h]));
+      }
+      const float m = fmaxf(mx[h], quad_max(fmaxf(m0, m1)) * sc);
       const float ref = m == -INFINITY ? 0.f : m;  // all masked so far: exp2(-inf - 0) = 0
-      alpha[h] = exp2f(mx[h] - ref);
+      alpha[h] = ex2(mx[h] - ref);
       mx[h] = m;
-      float add = 0.f;
+      float add0 = 0.f, add1 = 0.f;
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j) {
-        s[4 * j + 2 * h] = exp2f(s[4 * j + 2 * h] - ref);
-        s[4 * j + 2 * h + 1] = exp2f(s[4 * j + 2 * h + 1] - ref);
-        add += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+        s[4 * j + 2 * h] = ex2(fmaf(s[4 * j + 2 * h], sc, -ref));
+        s[4 * j + 2 * h + 1] = ex2(fmaf(s[4 * j + 2 * h + 1], sc, -ref));
+        (j % 2 ? add1 : add0) += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
       }
-      sum[h] = sum[h] * alpha[h] + add;
+      sum[h] = sum[h] * alpha[h] + (add0 + add1);
     }
   }
 
@@ -243,10 +337,12 @@ struct Fwd {
     named_sync(kOwnBar + wg, 128);
   }
 
-  static __device__ __forceinline__ void consume(const ak_attention_params& p, const Work& w,
-                                                 uint32_t smem) {
-    const uint32_t q_full = smem + kBarOff, k_full = q_full + 8, k_empty = k_full + 8 * kStages;
-    const uint32_t v_full = k_empty + 8 * kStages, v_empty = v_full + 8 * kStages;
+  // One query tile of this consumer's 64 rows. `it` / `tq`: the ring position and Q loads so
+  // far (the producer's order); each round takes this consumer's turn at the tensor cores and
+  // hands it to the other.
+  static __device__ __forceinline__ void tile(const ak_attention_params& p, const Work& w,
+                                              uint32_t smem, uint32_t& it, uint32_t& tq) {
+    const Bars bar(smem);
     const int wg = threadIdx.x / 128 - 1, other = 1 - wg;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
     const int wg_lo = w.m0 + wg * 64;
@@ -260,8 +356,9 @@ struct Fwd {
     if (n > 0) {
       float s[kS];
       uint32_t pf[kP];
-      const uint64_t qd = smem_desc(smem + wg * 64 * 128, 16, 1024);
-      auto issue_s = [&](int stage) {
+      const uint32_t qi = tq % kQBufs;
+      const uint64_t qd = smem_desc(smem + qi * kQBytes + wg * 64 * 128, 16, 1024);
+      auto issue_s = [&](uint32_t stage) {
         const uint64_t kd = smem_desc(smem + kKOff + stage * kKVBytes, 16, 1024);
 #pragma unroll
         for (int j = 0; j < kDB; ++j) {
@@ -272,41 +369,41 @@ struct Fwd {
           }
         }
       };
-      auto issue_pv = [&](int stage) {
+      auto issue_pv = [&](uint32_t stage) {
         const uint64_t vd = smem_desc(smem + kVOff + stage * kKVBytes, kBN * 128, 1024);
 #pragma unroll
         for (int kk = 0; kk < kBN / 16; ++kk) mma_rs<T, kD>(o, pf + 4 * kk, vd + (kk * 2048 >> 4));
       };
-      auto release = [&](uint32_t bar, int stage) {
-        if (lane == 0) bar_arrive(bar + 8 * stage);
+      auto release = [&](uint32_t b) {
+        if (lane == 0) bar_arrive(b);
       };
       auto to_p = [&]() {
 #pragma unroll
         for (int i = 0; i < kP; ++i) pf[i] = pack2<T>(s[2 * i], s[2 * i + 1]);
       };
       auto v_ready = [&](int i) {
-        const int stage = i % kStages;
-        bar_wait(v_full + 8 * stage, (i / kStages) & 1);
+        const uint32_t stage = (it + i) % kStages;
+        bar_wait(bar.v_full + 8 * stage, ((it + i) / kStages) & 1);
         if (varlen) clip_v(w, w.t_hi - 1 - i, smem + kVOff + stage * kKVBytes, wg);
       };
 
-      bar_wait(q_full, 0);
-      bar_wait(k_full, 0);
+      bar_wait(bar.q_full + 8 * qi, (tq / kQBufs) & 1);
+      bar_wait(bar.k_full + 8 * (it % kStages), (it / kStages) & 1);
       named_sync(kTurnBar + wg, 256);
       fence_acc(s);
       wgmma_fence();
-      issue_s(0);
+      issue_s(it % kStages);
       wgmma_commit();
-      // The second consumer's turn after its last round would never be waited for.
-      if (wg == 0 || n > 1) named_arrive(kTurnBar + other, 256);
+      named_arrive(kTurnBar + other, 256);
       wgmma_wait<0>();
       fence_acc(s);
-      release(k_empty, 0);
+      release(bar.k_empty + 8 * (it % kStages));
+      if (n == 1) release(bar.q_empty + 8 * qi);
       softmax(p, w, w.t_hi - 1, wg_lo, row0, s, mx, sum, alpha);
       to_p();
       for (int i = 1; i < n; ++i) {
-        const int stage = i % kStages, prev = (i - 1) % kStages;
-        bar_wait(k_full + 8 * stage, (i / kStages) & 1);
+        const uint32_t stage = (it + i) % kStages, prev = (it + i - 1) % kStages;
+        bar_wait(bar.k_full + 8 * stage, ((it + i) / kStages) & 1);
         v_ready(i - 1);
         named_sync(kTurnBar + wg, 256);
         fence_acc(s);
@@ -317,28 +414,41 @@ struct Fwd {
         wgmma_commit();
         issue_pv(prev);
         wgmma_commit();
-        if (wg == 0 || i < n - 1) named_arrive(kTurnBar + other, 256);
+        named_arrive(kTurnBar + other, 256);
         wgmma_wait<1>();  // S(i) has landed; P(i - 1) V(i - 1) may still run
         fence_acc(s);
-        release(k_empty, stage);
+        release(bar.k_empty + 8 * stage);
+        if (i == n - 1) release(bar.q_empty + 8 * qi);  // the producer may refill this Q buffer
         softmax(p, w, w.t_hi - 1 - i, wg_lo, row0, s, mx, sum, alpha);
-        wgmma_wait<0>();
-        fence_acc(o);
-        fence_acc(pf);
-        release(v_empty, prev);
+        // Once a row's max settles, alpha is exactly 1 and the rescale is skipped (warp-
+        // uniformly). The branch also keeps the wait for P(i - 1) V(i - 1) behind the softmax:
+        // without one, ptxas hoists the wait above it and the two no longer overlap.
+        if (__any_sync(~0u, alpha[0] != 1.f || alpha[1] != 1.f)) {
+          wgmma_wait<0>();
+          fence_acc(o);
+          fence_acc(pf);
 #pragma unroll
-        for (int i2 = 0; i2 < kO; ++i2) o[i2] *= alpha[(i2 / 2) % 2];
+          for (int i2 = 0; i2 < kO; ++i2) o[i2] *= alpha[(i2 / 2) % 2];
+        } else {
+          wgmma_wait<0>();
+          fence_acc(o);
+          fence_acc(pf);
+        }
+        release(bar.v_empty + 8 * prev);
         to_p();
       }
+      const uint32_t last = (it + n - 1) % kStages;
       v_ready(n - 1);
       fence_acc(o);
       fence_acc(pf);
       wgmma_fence();
-      issue_pv((n - 1) % kStages);
+      issue_pv(last);
       wgmma_commit();
       wgmma_wait<0>();
       fence_acc(o);
-      release(v_empty, (n - 1) % kStages);
+      release(bar.v_empty + 8 * last);
+      it += n;
+      ++tq;
     }
     store(p, w, row0, o, mx, sum);
   }
@@ -372,18 +482,19 @@ struct Fwd {
   }
 
   static __device__ __forceinline__ void run(const ak_attention_params& p) {
-    const Work w = work(p);
-    if (w.m0 >= w.s.sq) return;  // a shorter sequence of a varlen batch: the whole CTA leaves
     extern __shared__ uint8_t smem_raw[];
     const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;  // 128B swizzle atoms
     if (threadIdx.x == 0) {
-      const uint32_t bars = smem + kBarOff;
-      bar_init(bars, 1);
+      const Bars bar(smem);
+      for (int s = 0; s < kQBufs; ++s) {
+        bar_init(bar.q_full + 8 * s, 1);
+        bar_init(bar.q_empty + 8 * s, kConsumers * 4);
+      }
       for (int s = 0; s < kStages; ++s) {
-        bar_init(bars + 8 + 8 * s, 1);                               // k_full
-        bar_init(bars + 8 + 8 * (kStages + s), kConsumers * 4);      // k_empty
-        bar_init(bars + 8 + 8 * (2 * kStages + s), 1);               // v_full
-        bar_init(bars + 8 + 8 * (3 * kStages + s), kConsumers * 4);  // v_empty
+        bar_init(bar.k_full + 8 * s, 1);
+        bar_init(bar.k_empty + 8 * s, kConsumers * 4);
+        bar_init(bar.v_full + 8 * s, 1);
+        bar_init(bar.v_empty + 8 * s, kConsumers * 4);
       }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -394,14 +505,18 @@ struct Fwd {
         prefetch_tensormap(&p.tmap_q);
         prefetch_tensormap(&p.tmap_k);
         prefetch_tensormap(&p.tmap_v);
-        produce(p, w, smem);
+        produce(p, smem);
       }
       return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs));
-    // The first consumer issues first: the second hands it its first turn.
-    if (threadIdx.x >= 256 && w.t_hi > w.t_lo) named_arrive(kTurnBar, 256);
-    consume(p, w, smem);
+    // Turns alternate, the first consumer first: the second hands it its first turn, and the
+    // first takes the second's last hand-over at the end, so both named barriers end balanced.
+    const int wg = threadIdx.x / 128 - 1;
+    if (wg == 1) named_arrive(kTurnBar, 256);
+    uint32_t it = 0, tq = 0;
+    for_each_tile(p, [&](const Work& w) { tile(p, w, smem, it, tq); });
+    if (wg == 0) named_sync(kTurnBar, 256);
   }
 };
 

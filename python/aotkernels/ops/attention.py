@@ -25,6 +25,9 @@ Variant choice (``_pick``): for ``attention_decode`` the dec variant, otherwise 
 variant of ``_PATH_ORDER`` present in the loaded image whose d is at least the head dim, fa3 only
 for the calls it takes (``fa3_refusal``: ``attention`` / ``attention_varlen`` with head dims
 64 .. 256, operands a TMA map can describe, no GQA group short enough for FA2 to pack).
+Variants of one path and head dim may differ in their key tile: the one with the largest
+``min_keys`` (arch_matrix.toml) that the key length reaches runs (a wider key tile amortizes the
+per-tile softmax work on long sequences, and wastes a partial last tile on short ones).
 ``AOTKERNELS_ATTENTION_PATH`` forces a prefill path: ``fa2``, or ``fa3``, which raises for a call
 fa3 cannot take, decode included (tests run every path a GPU can run).
 """
@@ -69,6 +72,7 @@ _PACK_ROWS = 128  # FA2's prefill tiles: a GQA group with sq * group <= this is 
 _MAX_SEQ = 2**31 - 1  # sequence positions are 32-bit in the kernel
 _UNBOUNDED = 2**62  # a window side without a limit
 _MAX_GRID_YZ = 65535
+_MAX_GRID_X = 2**31 - 1
 _MAX_DECODE_Q = 16
 _DECODE_ROWS = 16  # query rows of every decode CTA: the split rule counts on it
 # Split-KV aims at this many decode CTAs: four fit an H100 / H200 SM (their shared memory, each
@@ -89,6 +93,7 @@ class Tile(NamedTuple):
     bn: int
     threads: int
     smem: int
+    min_keys: int = 0  # serves key lengths from this one up (a longer key tile, fa3)
 
 
 class Problem(NamedTuple):
@@ -444,6 +449,8 @@ def fa3_refusal(p: Problem) -> str | None:
         return f"head dim {p.d} is below the fa3 variants' 64"
     if min(p.rows) == 0:
         return "an empty q or k has no TMA map"
+    if fa3_units(p, _PACK_ROWS) > _MAX_GRID_X:
+        return "more query tiles than its 32-bit schedule counts"
     group = p.heads // p.kv_heads
     if group > 1 and p.sq * group <= _PACK_ROWS:
         return f"GQA with {p.sq} query rows: FA2 packs the group's heads into one tile"
@@ -476,29 +483,45 @@ def _tiles(fam: Any, dtype: str) -> list[Tile]:
         if forced and v["path"] not in (forced, _DECODE_PATH):
             continue
         ints = [int(v[key]) for key in ("decode", "d", "bm", "bn", "threads", "smem")]
-        out.append(Tile(name, str(v["path"]), *ints))
+        out.append(Tile(name, str(v["path"]), *ints)._replace(min_keys=int(v.get("min_keys", 0))))
     out.sort(key=lambda t: (order.index(t.path), t.d))
     return out
 
 
-def _pick(op: str, tiles: Sequence[Tile], d: int, dtype: str, where: str) -> Tile:
+def _pick(op: str, tiles: Sequence[Tile], d: int, dtype: str, where: str, keys: int) -> Tile:
+    """The first tile (path order, then d) with d' >= d; among those of its path and d, the one
+    with the largest ``min_keys`` that ``keys`` reaches."""
     decode = int(op == "attention_decode")
     for t in tiles:
         if t.d >= d and t.decode == decode:
-            return t
+            same = [u for u in tiles if (u.path, u.d, u.decode) == (t.path, t.d, decode)]
+            fits = [u for u in same if u.min_keys <= keys]
+            return max(fits, key=lambda u: u.min_keys) if fits else t
     raise NoKernelImageError(
         f"{op}: no {dtype_name(dtype)} attention kernel for head dim {d} on {where}; "
         f"{dtype_name(dtype)} needs tensor cores this GPU lacks (bf16: sm_80+)"
     )
 
 
+def fa3_units(p: Problem, bm: int) -> int:
+    """Work units of the fa3 kernel's persistent schedule: pairs of query tiles (the kernel's
+    for_each_tile) per head and sequence."""
+    return (math.ceil(p.sq / bm) + 1) // 2 * p.heads * p.batch
+
+
 def configure(
-    p: Problem, out: tuple[int, ...], tiles: Sequence[Tile], where: str = "this device"
+    p: Problem,
+    out: tuple[int, ...],
+    tiles: Sequence[Tile],
+    where: str = "this device",
+    sms: int | None = None,
 ) -> Config:
-    """The launch of a validated problem: ``out`` the output's strides (in elements)."""
+    """The launch of a validated problem: ``out`` the output's strides (in elements); ``sms``
+    the device's SM count (fa3's persistent grid: at most one CTA per SM; None: one per work
+    unit)."""
     if fa3_refusal(p) is not None:
         tiles = [t for t in tiles if t.path != "fa3"]
-    tile = _pick(p.op, tiles, p.d, p.dtype, where)
+    tile = _pick(p.op, tiles, p.d, p.dtype, where, p.sk)
     group = p.heads // p.kv_heads
     decode = p.op == "attention_decode"
     if decode and tile.bm != _DECODE_ROWS:
@@ -528,8 +551,12 @@ def configure(
         "flags": flags, "scale_log2": p.scale_log2, "softcap_pre": p.softcap_pre,
     }  # fmt: skip
     warps = tile.threads // 32
+    grid = (m_blocks, slots, p.batch * p.splits)
+    if tile.path == "fa3":
+        units = fa3_units(p, tile.bm)
+        grid = (min(units, sms or _MAX_GRID_X), 1, 1)
     return Config(
-        tile, fields, (m_blocks, slots, p.batch * p.splits), tile.threads, tile.smem,
+        tile, fields, grid, tile.threads, tile.smem,
         p.splits, math.ceil(acc_rows / warps), tile.threads,
     )  # fmt: skip
 
@@ -591,7 +618,7 @@ def _launch(a: Args) -> list[Launch]:
         why = fa3_refusal(p) if any(t.path == "fa3" for t in tiles) else f"{where} has no fa3"
         if why is not None:
             raise NotImplementedError(f"{p.op}: {ENV}=fa3, but {why}")
-    cfg = configure(p, out.strides, tiles, where)
+    cfg = configure(p, out.strides, tiles, where, dev.sm_count)
     decode = p.op == "attention_decode"
     ptrs: dict[str, str | None] = {"out": "out", "q": "q"}
     if decode:
