@@ -58,7 +58,7 @@ def test_split_table(
     if split.splits > 1:
         # Every split is non-empty and K-aligned to the 128-wide stage / scale block.
         assert split.k_split % 128 == 0 and (split.splits - 1) * split.k_split < k
-        assert split.ws_shape(m, n) == (split.splits, m, n + n % 2)
+        assert split.ws_shape(m, n) == (split.splits, m, -(-n // 4) * 4)
     else:
         assert split.ws_shape(m, n) == (0,)
 

@@ -220,8 +220,8 @@ class _Split(NamedTuple):
     k_split: int  # K elements per split, a multiple of 128 (0 without splits)
 
     def ws_shape(self, m: int, n: int) -> tuple[int, ...]:
-        """The f32 partials [splits, M, N rounded up to even]; (0,) without splits."""
-        return (self.splits, m, n + n % 2) if self.splits > 1 else (0,)
+        """The f32 partials [splits, M, N rounded up to a multiple of 4]; (0,) without splits."""
+        return (self.splits, m, -(-n // 4) * 4) if self.splits > 1 else (0,)
 
 
 def _split_k(dtype: str, m: int, n: int, k: int, batch: tuple[int, ...]) -> _Split:
@@ -617,8 +617,8 @@ def _launch(a: Args) -> list[Launch]:
     launches = [Launch(pick.symbol, grid, (threads,), args, int(v["smem"]), maps)]
     if split.splits > 1:
         # The same entry sums the partials in split order and runs the epilogue.
-        pairs = m * math.ceil(n / 2)
-        blocks = min(math.ceil(pairs / threads), fam.device.sm_count)
+        groups = m * math.ceil(n / 4)  # a thread sums 4 columns at a time
+        blocks = min(math.ceil(groups / threads), fam.device.sm_count)
         reduce = {**args, "flags": flags | bit["split_reduce"]}
         # The main launch's shared memory: a launch asking less would make the SMs re-split their
         # L1 / shared memory between the two kernels (on every call).
