@@ -53,6 +53,7 @@ def main() -> None:
     import torch
 
     import aotkernels as ak
+    from aotkernels.bench.gemm import GemmShape, _fp8_scales
     from aotkernels.bench.timing import input_sets, median_ms, rotate
     from aotkernels.ops import _op, gemm
 
@@ -99,19 +100,8 @@ def main() -> None:
                 f8 = torch.float8_e4m3fn
                 a = [torch.randn(m, k, device="cuda").to(f8) for _ in range(sets)]
                 b = [torch.randn(n, k, device="cuda").to(f8).t() for _ in range(sets)]
-                if dt == "fp8rowcol":
-                    sa = torch.rand(m, 1, device="cuda") + 0.5
-                    sb = torch.rand(1, n, device="cuda") + 0.5
-                    tsa, tsb = sa, sb
-                elif dt == "fp8block":
-                    kb, nb = math.ceil(k / 128), math.ceil(n / 128)
-                    sa = torch.rand(kb, m, device="cuda").t() + 0.5
-                    sb = torch.rand(nb, kb, device="cuda") + 0.5
-                    tsa, tsb = sa, sb.t()
-                else:
-                    sa = torch.rand(1, device="cuda") + 0.5
-                    sb = torch.rand(1, device="cuda") + 0.5
-                    tsa, tsb = sa, sb
+                mode = {"fp8rowcol": "rowcol", "fp8block": "block"}.get(dt, "tensor")
+                sa, sb, tsa, tsb = _fp8_scales(torch, mode, GemmShape("llm", m, n, k))
 
                 def ours_fn(x: Any, y: Any, sa: Any = sa, sb: Any = sb) -> Any:
                     return ak.scaled_mm(x, y, sa, sb, out_dtype=torch.bfloat16)
