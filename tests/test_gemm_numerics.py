@@ -601,6 +601,59 @@ def test_mixed_fp8_exact_and_random(
         assert (err <= 2 * gemm_bound(ref, absref, "float32", da)).all()
 
 
+# --- every sm_90a tile ----------------------------------------------------------------------------
+
+# (dtype, layout, scale kind, bias, shape): ragged edges in every dim; the shapes of M = 64 are
+# split along K by the table (the last split and stage partial), (130, 300, 1000) spans tile rows.
+VARIANT_CASES = [
+    ("bfloat16", "kk", "none", False, (130, 300, 1000)),
+    ("float16", "mn", "none", True, (7, 1000, 129)),
+    ("bfloat16", "kn", "none", True, (64, 1000, 16400)),
+    ("float8_e4m3fn", "kk", "vector", True, (130, 1000, 1000)),
+    ("float8_e4m3fn", "kk", "tensor", False, (64, 1000, 24700)),
+    ("float8_e4m3fn", "kk", "block", True, (130, 300, 1000)),
+    ("float8_e5m2", "kk", "block", False, (64, 1000, 24700)),
+    ("int8", "kk", "none", False, (130, 300, 1000)),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("dtype", "layout", "kind", "bias", "shape"), VARIANT_CASES)
+def test_every_wgmma_tile_exact(
+    monkeypatch: pytest.MonkeyPatch, dtype: str, layout: str, kind: str, bias: bool,
+    shape: tuple[int, int, int],
+) -> None:  # fmt: skip
+    """Each wgmma variant of the sm_90a image, forced in turn whatever the table would pick
+    (its split-K choice kept): exact on small integers with power-of-two scales and a bias."""
+    import torch
+
+    need_sm90a()
+    m, n, k = shape
+    fam = loader.family_on("gemm", 0)
+    tiles = sorted(v for v, info in fam.variants.items() if info["path"] == "wgmma")
+    gen = generator(m, n, k, 9)
+    a, b, av, bv = int_operands(m, n, k, dtype, layout, "tma", gen)
+    sa, sb = _scales(kind, m, n, k, gen)
+    out = "int32" if dtype == "int8" else SCALE_KINDS[kind]
+    bias_v = small_ints((n,), "float32", gen, -50, 50).to(torch_dtype(out)) if bias else None
+    ref = rounded_once(scaled_mm_ref(av, bv, sa, sb, bias_v), torch_dtype(out))
+    real = gemm._pick
+    for tile in tiles:
+
+        def forced(*args: Any, tile: str = tile, **kwargs: Any) -> Any:
+            pick = real(*args, **kwargs)
+            name = pick.symbol.replace(f"_{pick.variant}_", f"_{tile}_")
+            return gemm._Pick(name, tile, "wgmma")
+
+        monkeypatch.setattr(gemm, "_pick", forced)
+        monkeypatch.setattr(_op, "_PLANS", {})
+        if dtype in ("bfloat16", "float16"):
+            y = ak.matmul(a, b, out, bias=bias_v)
+        else:
+            y = ak.scaled_mm(a, b, sa, sb, out, bias_v)
+        assert torch.equal(y, ref), tile
+
+
 # --- the caller's stream --------------------------------------------------------------------------
 
 

@@ -49,14 +49,18 @@ def _bf16(m: int, n: int, k: int, layout: str = "kn", ld_a: int | None = None,
         (4096, 4096, 4096, "kn", None, 0, "ak_matmul_bf16_wg_128x256_kn", (132, 1, 1)),
         (4096, 4096, 4096, "mk", None, 0, "ak_matmul_bf16_wg_128x256_mk", (132, 1, 1)),
         (8192, 1024, 512, "kk", None, 0, "ak_matmul_bf16_wg_128x256_kk", (132, 1, 1)),
-        (64, 4096, 4096, "mn", None, 0, "ak_matmul_bf16_wg_64x128_mn", (64, 1, 1)),  # 2 splits
+        (64, 4096, 4096, "mn", None, 0, "ak_matmul_bf16_wg_64x128_mn", (32, 1, 1)),  # K short
+        (16, 4096, 14336, "kk", None, 0, "ak_matmul_bf16_wg_64x128_kk", (64, 1, 1)),  # 2 splits
+        (128, 4096, 4096, "kn", None, 0, "ak_matmul_bf16_wg_64x64_kn", (128, 1, 1)),
+        (128, 8192, 4096, "kn", None, 0, "ak_matmul_bf16_wg_64x128_kn", (128, 1, 1)),
+        (1024, 14336, 4096, "kn", None, 0, "ak_matmul_bf16_wg_128x128_kn", (132, 1, 1)),  # fill
         (512, 512, 512, "kn", None, 0, "ak_matmul_bf16_wg_64x128_kn", (32, 1, 1)),  # few tiles
         (4096, 4096, 4095, "kn", None, 0, "ak_matmul_bf16_mma_128x128", (1024, 1, 1)),  # lda odd
         (4096, 4096, 4096, "kn", 4100, 0, "ak_matmul_bf16_mma_128x128", (1024, 1, 1)),  # lda%8
         (4096, 4096, 4096, "kn", None, 2, "ak_matmul_bf16_mma_128x128", (1024, 1, 1)),  # a+2 B
         (100, 100, 64, "kn", None, 2, "ak_matmul_bf16_mma_64x64", (4, 1, 1)),
         (1000, 1000, 0, "kn", None, 0, "ak_matmul_bf16_mma_64x64", (256, 1, 1)),  # K = 0
-        (7, 4096, 4096, "mk", 8, 0, "ak_matmul_bf16_wg_64x128_mk", (64, 1, 1)),
+        (7, 4096, 4096, "mk", 8, 0, "ak_matmul_bf16_wg_64x128_mk", (32, 1, 1)),
     ],
 )
 def test_pick_sm90a(
@@ -96,7 +100,7 @@ def test_pick_forced_paths(fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch) -
     assert fake_gpu.last.symbol == "ak_matmul_bf16_mma_64x64"
     monkeypatch.setenv(ENV, "wgmma")
     ak.matmul(*_bf16(128, 128, 64))
-    assert fake_gpu.last.symbol == "ak_matmul_bf16_wg_64x128_kn"
+    assert fake_gpu.last.symbol == "ak_matmul_bf16_wg_64x64_kn"
     n = len(fake_gpu.launches)
     for args in (_bf16(4096, 4096, 4095), _bf16(64, 64, 64, a_off=2), _bf16(64, 64, 0)):
         with pytest.raises(
@@ -373,8 +377,8 @@ def test_matmul_bias_flag(fake_gpu: FakeGpu) -> None:
 @pytest.mark.parametrize(
     ("target", "da", "db", "symbol"),
     [
-        ("sm_90a", "float8_e4m3fn", "float8_e5m2", "ak_scaled_mm_fp8_e4m3xfp8_e5m2_wg_64x128_kk"),
-        ("sm_90a", "float8_e5m2", "float8_e4m3fn", "ak_scaled_mm_fp8_e5m2xfp8_e4m3_wg_64x128_kk"),
+        ("sm_90a", "float8_e4m3fn", "float8_e5m2", "ak_scaled_mm_fp8_e4m3xfp8_e5m2_wg_64x64_kk"),
+        ("sm_90a", "float8_e5m2", "float8_e4m3fn", "ak_scaled_mm_fp8_e5m2xfp8_e4m3_wg_64x64_kk"),
         ("sm_89", "float8_e4m3fn", "float8_e5m2", "ak_scaled_mm_fp8_e4m3xfp8_e5m2_mma_64x64"),
         ("sm_120a", "float8_e5m2", "float8_e4m3fn", "ak_scaled_mm_fp8_e5m2xfp8_e4m3_mma_64x64"),
     ],

@@ -143,35 +143,48 @@ __device__ __forceinline__ void epilogue2_s32(const ak_gemm_params& p, int64_t m
 // ---- split-K ---------------------------------------------------------------------------------
 // Split s of a split-K launch leaves its raw partial sums (f32, before scales, bias and rounding;
 // fp8 block scales are applied inside the main loop) in ws[s][m][n], rows ldw = n rounded up to
-// even apart, so that each column pair is one aligned 8-byte store.
-__device__ __forceinline__ int64_t split_ld(const ak_gemm_params& p) { return (p.n + 1) & ~1ll; }
+// a multiple of 4 apart, so that the reduction reads aligned 16-byte groups.
+__device__ __forceinline__ int64_t split_ld(const ak_gemm_params& p) { return (p.n + 3) & ~3ll; }
 
-// Partials (m, n), (m, n + 1) of split `split` (n even: the padding column takes v1 past N).
-__device__ __forceinline__ void store_partial2(const ak_gemm_params& p, int64_t split, int64_t m,
-                                               int64_t n, float v0, float v1) {
-  if (m >= p.m || n >= p.n) return;
-  float* ws = static_cast<float*>(p.ws) + (split * p.m + m) * split_ld(p) + n;
-  *reinterpret_cast<float2*>(ws) = make_float2(v0, v1);
-}
-
-// The launch after the splits (flags & kSplitReduce): every column pair of d is the sum of its
+// The launch after the splits (flags & kSplitReduce): every column of d is the sum of its
 // partials taken in split order 0, 1, ..., through the epilogue. The fixed order makes the
 // result bitwise repeatable (f32 addition is not associative: no atomics, no arrival order).
+// The reduction is bound by memory latency (one block per SM: it keeps the GEMM's shared-memory
+// size), so each thread keeps kGroups independent 16-byte loads in flight.
 __device__ __forceinline__ void reduce_splits(const ak_gemm_params& p) {
-  const int64_t ldw = split_ld(p), pairs_per_row = ldw / 2, pairs = p.m * pairs_per_row;
-  const int64_t plane = p.m * ldw;
-  const auto* ws = static_cast<const float*>(p.ws);
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < pairs;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t m = i / pairs_per_row, n = 2 * (i - m * pairs_per_row);
-    const float2* src = reinterpret_cast<const float2*>(ws + m * ldw + n);
-    float2 sum = src[0];
-    for (int64_t s = 1; s < p.splits; ++s) {
-      const float2 v = src[s * plane / 2];
-      sum.x += v.x;
-      sum.y += v.y;
+  constexpr int kGroups = 4;
+  const int64_t ldw = split_ld(p), per_row = ldw / 4, groups = p.m * per_row;
+  const int64_t plane = p.m * per_row;  // in groups of 4 floats
+  const auto* ws = static_cast<const float4*>(p.ws);
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g0 < groups;
+       g0 += kGroups * threads) {
+    float4 sum[kGroups];
+#pragma unroll
+    for (int u = 0; u < kGroups; ++u) {
+      const int64_t g = g0 + u * threads;
+      sum[u] = g < groups ? ws[g] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    epilogue2(p, m, n, sum.x, sum.y);
+    for (int64_t s = 1; s < p.splits; ++s) {
+#pragma unroll
+      for (int u = 0; u < kGroups; ++u) {
+        const int64_t g = g0 + u * threads;
+        if (g >= groups) continue;
+        const float4 v = ws[s * plane + g];
+        sum[u].x += v.x;
+        sum[u].y += v.y;
+        sum[u].z += v.z;
+        sum[u].w += v.w;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kGroups; ++u) {
+      const int64_t g = g0 + u * threads;
+      if (g >= groups) continue;
+      const int64_t m = g / per_row, n = 4 * (g - m * per_row);
+      epilogue2(p, m, n, sum[u].x, sum[u].y);
+      epilogue2(p, m, n + 2, sum[u].z, sum[u].w);
+    }
   }
 }
 

@@ -4,23 +4,24 @@
 //   warpgroup 0        producer: one thread issues the TMA boxes of each pipeline stage (it gives
 //                      registers back with setmaxnreg.dec, it needs almost none)
 //   warpgroups 1..C    consumers: warpgroup c owns rows [64 (c - 1), 64 c) of the CTA tile and
-//                      runs m64 x bn wgmmas on them (setmaxnreg.inc: the accumulators live in
-//                      registers)
+//                      runs m64 x bn wgmmas on them (bn 64, 128 or 256; setmaxnreg.inc: the
+//                      accumulators live in registers)
 //
 // Stage s of the ring holds A (bm rows x 128 B of K) and B (bn rows x 128 B of K); the producer
 // waits on empty[s], the consumers on full[s] (completed by the TMA transaction bytes). The
 // consumers keep one wgmma batch in flight and release a stage once the batch reading it retired.
 // Tiles are walked persistently (tile += gridDim.x) in groups of kGroupM tile rows, so the CTAs in
 // flight share A rows and B columns in L2. Epilogue: 16-bit outputs (the host sets kTmaStore and
-// encodes tmap_d) are scaled, biased and rounded in registers, written to a 128B-swizzled staging
-// area and stored by TMA, 64 x 64 boxes that the consumers leave in flight while they start the
-// next tile's main loop; other outputs (f32, s32, d not TMA-legal) are staged 32 columns at a
-// time and run through the shared ak::gemm::epilogue2 / epilogue2_s32 (bounds-checked coalesced
-// stores). The producer meanwhile prefetches the next tile's stages.
+// encodes tmap_d) are scaled, biased and rounded in registers (row / column scales and bias read
+// when the tile starts), written to a 128B-swizzled staging area and stored by TMA, 64 x 64 boxes
+// that the consumers leave in flight while they start the next tile's main loop; other outputs
+// (f32, s32, d not TMA-legal) are staged 32 columns at a time and run through the shared
+// ak::gemm::epilogue2 / epilogue2_s32 (bounds-checked coalesced stores). The producer meanwhile
+// prefetches the next tile's stages.
 //
-// Split-K (p.splits > 1, chosen by the host for few-tile problems of M <= 64): the walk covers
-// splits x tiles units, each a tile's K range [s * k_split, (s + 1) * k_split); a unit's epilogue
-// writes its raw f32 partials to the workspace, and a second launch of the same entry
+// Split-K (p.splits > 1, chosen by the host for few-tile problems): the walk covers splits x tiles
+// units, each a tile's K range [s * k_split, (s + 1) * k_split); a unit writes its raw f32
+// partials to the workspace straight from registers, and a second launch of the same entry
 // (kSplitReduce) adds them in split order through the shared epilogue: bitwise repeatable.
 //
 // Operand layouts are compiled in (V::a_mmajor, V::b_kmajor). K-major operands use K-major
@@ -29,10 +30,11 @@
 // MN-major descriptors. 8-bit operands are K-major only (the wgmma rule; the host guarantees it).
 //
 // fp8 block scales (scale modes 3): BK = 128 is exactly one scale block, so each stage's partial
-// sum goes into temporary registers (an n128 wgmma batch per 128 columns, which is also the
-// scale_b block width) that are waited for and added to the main accumulators with
+// sum goes into temporary registers (a wgmma batch per kPart = min(bn, 128) columns, inside one
+// scale_b block) that are waited for and added to the main accumulators with
 // scale_a(row, kb) * scale_b(col block, kb): the two-level accumulation of DeepSeek-V3, which also
-// keeps fp8 wgmma's reduced-precision accumulation to one block.
+// keeps fp8 wgmma's reduced-precision accumulation to one block. Tiles of at most 128 columns have
+// the registers for two stages' partials and promote one while the other's wgmmas run.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -53,6 +55,7 @@ __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
 
+#define AK_WG_ACC_N64(C) AK_WG_ACC32(C)
 #define AK_WG_ACC_N128(C) AK_WG_ACC64(C, 0)
 #define AK_WG_ACC_N256(C) AK_WG_ACC64(C, 0), AK_WG_ACC64(C, 64)
 // One wgmma with accumulators d, descriptors a / b and scale_d (0: d = a * b, else d += a * b).
@@ -63,6 +66,19 @@ __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
                ", p" TAIL ";\n}\n"                                                                \
                : ACC(C)                                                                           \
                : "l"(a), "l"(b), "r"(scale_d)__VA_ARGS__)
+// The m64 x kN wgmma of one shape suffix ("k16.f32.bf16.bf16", ...): T64 / T128 / T256 are the
+// immediate tails of each width (their operand numbers follow the width's accumulators).
+#define AK_WG_MMA_N(SHAPE, C, T64, T128, T256, ...)                                               \
+  if constexpr (kN == 64) {                                                                       \
+    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n64" SHAPE, AK_WG_D32, AK_WG_ACC_N64, C, "32",     \
+              "33", "34", T64, __VA_ARGS__);                                                      \
+  } else if constexpr (kN == 128) {                                                               \
+    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n128" SHAPE, AK_WG_D64, AK_WG_ACC_N128, C, "64",   \
+              "65", "66", T128, __VA_ARGS__);                                                     \
+  } else {                                                                                        \
+    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n256" SHAPE, AK_WG_D128, AK_WG_ACC_N256, C, "128", \
+              "129", "130", T256, __VA_ARGS__);                                                   \
+  }
 
 template <class T>
 using AccT = std::conditional_t<std::is_same_v<T, int8_t>, int32_t, float>;
@@ -72,56 +88,39 @@ using AccT = std::conditional_t<std::is_same_v<T, int8_t>, int32_t, float>;
 template <class T, int kN, bool kTA, bool kTB>
 __device__ __forceinline__ void mma(AccT<T> (&d)[kN / 2], uint64_t a, uint64_t b,
                                     uint32_t scale_d) {
-  static_assert(kN == 128 || kN == 256, "wgmma tile widths used by this path");
+  static_assert(kN == 64 || kN == 128 || kN == 256, "wgmma tile widths used by this path");
   static_assert(sizeof(T) == 2 || (!kTA && !kTB), "8-bit wgmma operands are K-major only");
   constexpr int ta = kTA, tb = kTB;
-  if constexpr (std::is_same_v<T, __half> && kN == 128) {
-    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", AK_WG_D64, AK_WG_ACC_N128,
-              "+f", "64", "65", "66", ", 1, 1, %67, %68", , "n"(ta), "n"(tb));
-  } else if constexpr (std::is_same_v<T, __half>) {
-    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", AK_WG_D128, AK_WG_ACC_N256,
-              "+f", "128", "129", "130", ", 1, 1, %131, %132", , "n"(ta), "n"(tb));
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16> && kN == 128) {
-    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", AK_WG_D64, AK_WG_ACC_N128,
-              "+f", "64", "65", "66", ", 1, 1, %67, %68", , "n"(ta), "n"(tb));
+  if constexpr (std::is_same_v<T, __half>) {
+    AK_WG_MMA_N("k16.f32.f16.f16", "+f", ", 1, 1, %35, %36", ", 1, 1, %67, %68",
+                ", 1, 1, %131, %132", , "n"(ta), "n"(tb))
   } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", AK_WG_D128, AK_WG_ACC_N256,
-              "+f", "128", "129", "130", ", 1, 1, %131, %132", , "n"(ta), "n"(tb));
+    AK_WG_MMA_N("k16.f32.bf16.bf16", "+f", ", 1, 1, %35, %36", ", 1, 1, %67, %68",
+                ", 1, 1, %131, %132", , "n"(ta), "n"(tb))
   } else if constexpr (sizeof(T) == 1 && !std::is_same_v<T, int8_t>) {
     // fp8: e4m3 / e5m2 for each operand (mixed entries name both, see ak_mixed_t).
     constexpr bool kA4 = std::is_same_v<typename Operands<T>::A, __nv_fp8_e4m3>;
     constexpr bool kB4 = std::is_same_v<typename Operands<T>::B, __nv_fp8_e4m3>;
-#define AK_WG_FP8(TYPES)                                                                        \
-  if constexpr (kN == 128) {                                                                    \
-    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n128k32.f32." TYPES, AK_WG_D64, AK_WG_ACC_N128,  \
-              "+f", "64", "65", "66", ", 1, 1");                                                \
-  } else {                                                                                      \
-    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n256k32.f32." TYPES, AK_WG_D128, AK_WG_ACC_N256, \
-              "+f", "128", "129", "130", ", 1, 1");                                             \
-  }
     if constexpr (kA4 && kB4) {
-      AK_WG_FP8("e4m3.e4m3")
+      AK_WG_MMA_N("k32.f32.e4m3.e4m3", "+f", ", 1, 1", ", 1, 1", ", 1, 1")
     } else if constexpr (kA4) {
-      AK_WG_FP8("e4m3.e5m2")
+      AK_WG_MMA_N("k32.f32.e4m3.e5m2", "+f", ", 1, 1", ", 1, 1", ", 1, 1")
     } else if constexpr (kB4) {
-      AK_WG_FP8("e5m2.e4m3")
+      AK_WG_MMA_N("k32.f32.e5m2.e4m3", "+f", ", 1, 1", ", 1, 1", ", 1, 1")
     } else {
-      AK_WG_FP8("e5m2.e5m2")
+      AK_WG_MMA_N("k32.f32.e5m2.e5m2", "+f", ", 1, 1", ", 1, 1", ", 1, 1")
     }
-#undef AK_WG_FP8
-  } else if constexpr (std::is_same_v<T, int8_t> && kN == 128) {
-    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8", AK_WG_D64, AK_WG_ACC_N128, "+r",
-              "64", "65", "66", "");
   } else {
     static_assert(std::is_same_v<T, int8_t>, "element type without a wgmma path");
-    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8", AK_WG_D128, AK_WG_ACC_N256, "+r",
-              "128", "129", "130", "");
+    AK_WG_MMA_N("k32.s32.s8.s8", "+r", "", "", "")
   }
 }
 
+#undef AK_WG_MMA_N
 #undef AK_WG_MMA
 #undef AK_WG_ACC_N256
 #undef AK_WG_ACC_N128
+#undef AK_WG_ACC_N64
 
 // ---- the kernel ----------------------------------------------------------------------------
 
@@ -140,9 +139,11 @@ struct Kernel {
   // row pitch of kChunk + 8 words puts the fragment's 8 rows x 4 lanes (8-byte stores) on
   // distinct banks.
   static constexpr int kChunk = 32, kPitch = kChunk + 8;
-  // The TMA-store epilogue (16-bit outputs) stages 64 rows x 128 columns: two 64 x 64 boxes of
-  // the output map, 128B-swizzled like the operand boxes. One area per consumer serves both.
+  // The TMA-store epilogue (16-bit outputs) stages 64 rows x kPart columns: 64 x 64 boxes of the
+  // output map, 128B-swizzled like the operand boxes. One area per consumer serves both. kPart is
+  // also the width of the fp8 block-scaled partial sums (at most one 128-column scale_b block).
   static constexpr int kOutBoxBytes = 64 * 128;
+  static constexpr int kPart = kBN < 128 ? kBN : 128;
   static constexpr int kEpiBytes =
       64 * kPitch * 4 > 2 * kOutBoxBytes ? 64 * kPitch * 4 : 2 * kOutBoxBytes;
   // Stages, epilogue staging, then full[] and empty[] barriers; +1024 to align the base for the
@@ -161,7 +162,7 @@ struct Kernel {
   static_assert(!V::layout_from_flags, "wgmma variants compile their operand layout in");
   static_assert(V::k_bytes == 128, "one 128-byte swizzle row of K per stage");
   static_assert(kBM == 64 * kConsumers, "one m64 consumer warpgroup per 64 tile rows");
-  static_assert(kBN % 128 == 0 && kBN <= 256, "n128 / n256 wgmma tiles");
+  static_assert(kBN == 64 || kBN == 128 || kBN == 256, "n64 / n128 / n256 wgmma tiles");
   static_assert(sizeof(T) == 2 || (!V::a_mmajor && V::b_kmajor), "8-bit operands are K-major");
   static_assert(kSmemUsed <= V::smem, "pipeline does not fit the variant's shared memory");
   static_assert(kConsumers * 128 * kConsumerRegs + 128 * kProducerRegs <= 65536);
@@ -179,6 +180,17 @@ struct Kernel {
     Tile t;
     int32_t kt0, kt1;
     int64_t split;
+  };
+
+  // The epilogue's scale and bias factors of one tile, read when the tile starts so that their
+  // latency hides behind its main loop (read in the epilogue, each load waits behind the
+  // staging stores before it, and the tensor cores idle meanwhile).
+  // Rows r0 and r0 + 8 of the fragment take sa0 / sa1; a per-tensor scale_b is sb. Per-column
+  // scales and the bias (`cols`) are spread over the warp, lane l holding columns 32 i + l of
+  // the tile; the epilogue fetches its columns' values with shuffles.
+  struct Factors {
+    float sa0, sa1, sb;
+    float col_s[kBN / 32], col_b[kBN / 32];
   };
 
   // Matrix by matrix; inside one, grouped order: kGroupM tile rows are walked column by column,
@@ -280,14 +292,19 @@ struct Kernel {
   // as contiguous runs. The chunk loop stays rolled (only the fragment write is per chunk): fully
   // unrolled, the epilogue's code outgrew the instruction cache and ran at half speed.
   static __device__ __forceinline__ void store_tile(const ak_gemm_params& p, const Work& w,
-                                                    int consumer, Acc (&acc)[kBN / 2], Acc* buf) {
+                                                    int consumer, Acc (&acc)[kBN / 2],
+                                                    const Factors& f, Acc* buf) {
     const Tile& t = w.t;
     if constexpr (!kInt8) {
+      if (p.splits > 1) {
+        store_partials(p, w, consumer, acc);
+        return;
+      }
       if (p.flags & kTmaStore) {
         if (p.out_dtype == kOutBf16) {
-          store_tile_tma<__nv_bfloat162>(p, t, consumer, acc, smem_u32(buf));
+          store_tile_tma<__nv_bfloat162>(p, t, consumer, acc, f, smem_u32(buf));
         } else {
-          store_tile_tma<__half2>(p, t, consumer, acc, smem_u32(buf));
+          store_tile_tma<__half2>(p, t, consumer, acc, f, smem_u32(buf));
         }
         return;
       }
@@ -310,18 +327,45 @@ struct Kernel {
         }
       }
       consumer_sync(consumer);
-      const int64_t col = t.n0 + c * kChunk + 2 * (lane % 16);
-      if (p.splits > 1) {
-        store_partials(p, w.split, row, col, line);
-      } else {
-        store_chunk(p, row, col, line, d_off);
-      }
+      store_chunk(p, row, t.n0 + c * kChunk + 2 * (lane % 16), line, d_off);
       consumer_sync(consumer);  // the next chunk overwrites the staging area
     }
   }
 
-  // The epilogue of 16-bit outputs (the host sets kTmaStore and encodes tmap_d): each 128-column
-  // half of the warpgroup's 64 rows is scaled, biased and rounded in registers (the same
+  static __device__ __forceinline__ bool has_cols(const ak_gemm_params& p) {
+    return p.scale_mode_b == kScaleVector || (p.flags & kBias);
+  }
+
+  static __device__ __forceinline__ Factors factors(const ak_gemm_params& p, const Tile& t,
+                                                    int consumer) {
+    Factors f;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+    // Rows past M (never stored) read row M - 1's scale, columns past N column N - 1's.
+    const int64_t r0 = t.m0 + consumer * 64 + warp * 16 + lane / 4;
+    f.sa0 = row_scale(p, min(r0, p.m - 1));
+    f.sa1 = row_scale(p, min(r0 + 8, p.m - 1));
+    f.sb = col_scale(p, 0);
+    if (has_cols(p)) {
+#pragma unroll
+      for (int i = 0; i < kBN / 32; ++i) {
+        const int64_t n = min(static_cast<int64_t>(t.n0 + 32 * i + lane), p.n - 1);
+        f.col_s[i] = col_scale(p, n);
+        f.col_b[i] = bias_at(p, n);
+      }
+    }
+    return f;
+  }
+
+  // The factors of a tile whose epilogue is the TMA store's (the others read theirs in the shared
+  // epilogue).
+  static __device__ __forceinline__ Factors tile_factors(const ak_gemm_params& p, const Tile& t,
+                                                         int consumer) {
+    if (kInt8 || !(p.flags & kTmaStore)) return Factors{};
+    return factors(p, t, consumer);
+  }
+
+  // The epilogue of 16-bit outputs (the host sets kTmaStore and encodes tmap_d): each kPart-column
+  // part of the warpgroup's 64 rows is scaled, biased and rounded in registers (the same
   // expression as epilogue2, so the same bits), written to the staging area in the output map's
   // 128B-swizzled box layout, and handed to one TMA store per 64 x 64 box. The consumers go on
   // to the next tile's main loop while the stores drain; the staging area is only rewritten once
@@ -329,40 +373,36 @@ struct Kernel {
   template <class H2>
   static __device__ __forceinline__ void store_tile_tma(const ak_gemm_params& p, const Tile& t,
                                                         int consumer, float (&acc)[kBN / 2],
-                                                        uint32_t buf) {
+                                                        const Factors& f, uint32_t buf) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
     const bool leader = threadIdx.x % 128 == 0;
     const int r0 = warp * 16 + lane / 4;  // and r0 + 8: rows in the warpgroup's 64
     const int64_t m0 = t.m0 + consumer * 64;
-    const float sa0 = row_scale(p, min(m0 + r0, p.m - 1));
-    const float sa1 = row_scale(p, min(m0 + r0 + 8, p.m - 1));
-    // Per-column factors only with per-column scales or a bias; else col_scale is one value.
-    const bool cols = p.scale_mode_b == kScaleVector || (p.flags & kBias);
-    const float sb_all = col_scale(p, 0);
+    const bool cols = has_cols(p);
 #pragma unroll
-    for (int h = 0; h < kBN / 128; ++h) {
+    for (int h = 0; h < kBN / kPart; ++h) {
       if (leader) bulk_wait<true>();
       consumer_sync(consumer);
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const int c = 8 * j + 2 * (lane % 4);  // column in the half
-        const float* a4 = acc + 4 * (16 * h + j);
-        float sb0 = sb_all, sb1 = sb_all, b0 = 0.0f, b1 = 0.0f;
+      for (int j = 0; j < kPart / 8; ++j) {
+        const int c = 8 * j + 2 * (lane % 4);  // column in the part
+        const float* a4 = acc + 4 * (kPart / 8 * h + j);
+        float sb0 = f.sb, sb1 = f.sb, b0 = 0.0f, b1 = 0.0f;
         if (cols) {
-          const int64_t n = min(static_cast<int64_t>(t.n0 + 128 * h + c), p.n - 1);
-          const int64_t n1 = min(n + 1, p.n - 1);
-          sb0 = col_scale(p, n);
-          sb1 = col_scale(p, n1);
-          b0 = bias_at(p, n);
-          b1 = bias_at(p, n1);
+          // Tile column kPart h + c lives in lane (kPart h + c) % 32 of slot (kPart h + c) / 32.
+          const int slot = (kPart * h + 8 * j) / 32, src = (8 * j) % 32 + 2 * (lane % 4);
+          sb0 = __shfl_sync(~0u, f.col_s[slot], src);
+          sb1 = __shfl_sync(~0u, f.col_s[slot], src + 1);
+          b0 = __shfl_sync(~0u, f.col_b[slot], src);
+          b1 = __shfl_sync(~0u, f.col_b[slot], src + 1);
         }
         H2 top, bottom;
         if constexpr (std::is_same_v<H2, __nv_bfloat162>) {
-          top = __floats2bfloat162_rn(a4[0] * sa0 * sb0 + b0, a4[1] * sa0 * sb1 + b1);
-          bottom = __floats2bfloat162_rn(a4[2] * sa1 * sb0 + b0, a4[3] * sa1 * sb1 + b1);
+          top = __floats2bfloat162_rn(a4[0] * f.sa0 * sb0 + b0, a4[1] * f.sa0 * sb1 + b1);
+          bottom = __floats2bfloat162_rn(a4[2] * f.sa1 * sb0 + b0, a4[3] * f.sa1 * sb1 + b1);
         } else {
-          top = __floats2half2_rn(a4[0] * sa0 * sb0 + b0, a4[1] * sa0 * sb1 + b1);
-          bottom = __floats2half2_rn(a4[2] * sa1 * sb0 + b0, a4[3] * sa1 * sb1 + b1);
+          top = __floats2half2_rn(a4[0] * f.sa0 * sb0 + b0, a4[1] * f.sa0 * sb1 + b1);
+          bottom = __floats2half2_rn(a4[2] * f.sa1 * sb0 + b0, a4[3] * f.sa1 * sb1 + b1);
         }
         // Box c / 64, row r: 128 bytes, its 16-byte chunk index XORed with r % 8.
         const uint32_t box = buf + (c / 64) * kOutBoxBytes, byte = (c % 64) * 2;
@@ -379,9 +419,11 @@ struct Kernel {
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       consumer_sync(consumer);
       if (leader) {
-        const int32_t n0 = t.n0 + 128 * h, row = static_cast<int32_t>(m0);
-        tma_store(&p.tmap_d, buf, n0, row);
-        tma_store(&p.tmap_d, buf + kOutBoxBytes, n0 + 64, row);
+        const int32_t n0 = t.n0 + kPart * h, row = static_cast<int32_t>(m0);
+#pragma unroll
+        for (int box = 0; box < kPart / 64; ++box) {
+          tma_store(&p.tmap_d, buf + box * kOutBoxBytes, n0 + 64 * box, row);
+        }
         bulk_commit();
       }
     }
@@ -459,16 +501,23 @@ struct Kernel {
     }
   }
 
-  // A split's raw partials of this thread's 8 rows x 2 columns of a staged chunk (the host
-  // splits no int8 problem).
-  static __device__ __forceinline__ void store_partials(const ak_gemm_params& p, int64_t split,
-                                                        int64_t row, int64_t col, const Acc* line) {
-    if constexpr (!kInt8) {
-      Pair v[8];
+  // A split's raw partials, straight from the fragment (the host splits no int8 problem): each
+  // quad of lanes writes 32 contiguous bytes of a row, so the stores fill whole sectors without
+  // staging. Columns up to the workspace's padded width are written (zeros past N: the operand
+  // boxes are zero-filled there), so the reduction may read whole 16-byte groups.
+  static __device__ __forceinline__ void store_partials(const ak_gemm_params& p, const Work& w,
+                                                        int consumer, const float (&acc)[kBN / 2]) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+    const int64_t r0 = w.t.m0 + consumer * 64 + warp * 16 + lane / 4, ldw = split_ld(p);
+    float* ws = static_cast<float*>(p.ws) + (w.split * p.m + r0) * ldw;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = *reinterpret_cast<const Pair*>(line + 8 * i * kPitch);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) store_partial2(p, split, row + 8 * i, col, v[i].x, v[i].y);
+    for (int j = 0; j < kBN / 8; ++j) {
+      const int64_t n = w.t.n0 + 8 * j + 2 * (lane % 4);
+      if (n >= ldw) continue;
+      if (r0 < p.m) *reinterpret_cast<float2*>(ws + n) = make_float2(acc[4 * j], acc[4 * j + 1]);
+      if (r0 + 8 < p.m) {
+        *reinterpret_cast<float2*>(ws + 8 * ldw + n) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+      }
     }
   }
 
@@ -492,6 +541,7 @@ struct Kernel {
     uint32_t phase = 0;
     for (int64_t unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
       const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
+      const Factors f = tile_factors(p, w.t, consumer);
       Acc acc[kBN / 2];
 #pragma unroll
       for (int i = 0; i < kBN / 2; ++i) acc[i] = 0;
@@ -521,26 +571,31 @@ struct Kernel {
       wgmma_wait<0>();
       fence_acc(acc);
       release(empty, last);
-      store_tile(p, w, consumer, acc, buf);
+      store_tile(p, w, consumer, acc, f, buf);
     }
   }
 
-  // fp8 with 1x128 / 128x128 block scales: per stage (= one 128-wide K block) and per 128 columns
-  // (= one scale_b block), a fresh n128 partial sum is scaled into the f32 accumulators.
+  // The row whose block scales this thread applies to fragment row r0 + dr (dr 0 or 8); rows
+  // past M read row M - 1's (their results are never stored).
+  static __device__ __forceinline__ int64_t scale_row(const ak_gemm_params& p, const Tile& t,
+                                                      int consumer, int dr) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+    return min(static_cast<int64_t>(t.m0 + consumer * 64 + warp * 16 + lane / 4 + dr), p.m - 1);
+  }
+
+  // fp8 with 1x128 / 128x128 block scales: per stage (= one 128-wide K block) and per kPart
+  // columns (inside one scale_b block), a fresh partial sum is scaled into the f32 accumulators.
   static __device__ __forceinline__ void consume_block_scaled(
       const ak_gemm_params& p, uint32_t smem, uint32_t full, uint32_t empty, float* buf,
       int64_t num_tiles, int64_t tiles_m, int64_t tiles_n, int32_t k_tiles, int64_t num_units) {
     static_assert(kBK == kScaleBlockK && kScaleBlockN == 128);
     const int consumer = threadIdx.x / 128 - 1;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
     int stage = 0;
     uint32_t phase = 0;
     for (int64_t unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
       const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
       const Tile& t = w.t;
-      const int64_t row = t.m0 + consumer * 64 + warp * 16 + lane / 4;
-      // Rows past M read row M - 1's scales (their results are never stored).
-      const int64_t row0 = min(row, p.m - 1), row1 = min(row + 8, p.m - 1);
+      const int64_t row0 = scale_row(p, t, consumer, 0), row1 = scale_row(p, t, consumer, 8);
       float acc[kBN / 2];
 #pragma unroll
       for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.0f;
@@ -550,27 +605,28 @@ struct Kernel {
         const uint32_t a = smem + stage * kStageBytes;
         const uint64_t da = desc_a(a, consumer), db = desc_b(a + kABytes);
 #pragma unroll
-        for (int h = 0; h < kBN / 128; ++h) {
-          const float sb = block_scale_b(p, min(static_cast<int64_t>(t.n0 + 128 * h), p.n - 1), kt);
-          float part[64];
+        for (int h = 0; h < kBN / kPart; ++h) {
+          const int64_t n = min(static_cast<int64_t>(t.n0 + kPart * h), p.n - 1);
+          const float sb = block_scale_b(p, n, kt);
+          float part[kPart / 2];
           fence_acc(part);
           wgmma_fence();
 #pragma unroll
           for (int kk = 0; kk < kKSteps; ++kk) {
-            // 128 rows of B further on: 128 x 128 B, a whole number of swizzle atoms.
-            mma<T, 128, false, false>(part, da + (kk * step_a >> 4),
-                                      db + ((128 * 128 * h + kk * step_b) >> 4), kk != 0);
+            // kPart rows of B further on: kPart x 128 B, a whole number of swizzle atoms.
+            mma<T, kPart, false, false>(part, da + (kk * step_a >> 4),
+                                        db + ((kPart * 128 * h + kk * step_b) >> 4), kk != 0);
           }
           wgmma_commit();
           wgmma_wait<0>();
           fence_acc(part);
           const float s0 = sa0 * sb, s1 = sa1 * sb;
 #pragma unroll
-          for (int i = 0; i < 64; i += 4) {
-            acc[64 * h + i] += part[i] * s0;
-            acc[64 * h + i + 1] += part[i + 1] * s0;
-            acc[64 * h + i + 2] += part[i + 2] * s1;
-            acc[64 * h + i + 3] += part[i + 3] * s1;
+          for (int i = 0; i < kPart / 2; i += 4) {
+            acc[kPart / 2 * h + i] += part[i] * s0;
+            acc[kPart / 2 * h + i + 1] += part[i + 1] * s0;
+            acc[kPart / 2 * h + i + 2] += part[i + 2] * s1;
+            acc[kPart / 2 * h + i + 3] += part[i + 3] * s1;
           }
         }
         release(empty, stage);
@@ -579,7 +635,101 @@ struct Kernel {
           phase ^= 1;
         }
       }
-      store_tile(p, w, consumer, acc, buf);
+      // The block paths' registers are full while the main loop runs: the factors are read here.
+      store_tile(p, w, consumer, acc, tile_factors(p, t, consumer), buf);
+    }
+  }
+
+  // The block-scaled loop of tiles one part wide (kBN == kPart), two stages per trip: stage kt's
+  // and kt + 1's partial sums go into two register sets, and stage kt's are waited for and
+  // promoted while stage kt + 1's wgmmas run. Each trip drains its batches (the wgmma pipeline
+  // does not cross the loop's back edge, which ptxas would otherwise serialize).
+  struct Pending {
+    float part[kPart / 2];
+    float s0, s1;  // scale_a(row r0 / r0 + 8) * scale_b of the stage
+  };
+
+  static __device__ __forceinline__ void issue_block(const ak_gemm_params& p, Pending& b,
+                                                     uint32_t a_stage, int consumer, const Tile& t,
+                                                     int64_t row0, int64_t row1, int32_t kt) {
+    const uint64_t da = desc_a(a_stage, consumer), db = desc_b(a_stage + kABytes);
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      mma<T, kPart, false, false>(b.part, da + (kk * step_a >> 4), db + (kk * step_b >> 4),
+                                  kk != 0);
+    }
+    wgmma_commit();
+    const float sb = block_scale_b(p, t.n0, kt);
+    b.s0 = block_scale_a(p, row0, kt) * sb;
+    b.s1 = block_scale_a(p, row1, kt) * sb;
+  }
+
+  static __device__ __forceinline__ void promote(float (&acc)[kBN / 2], Pending& b) {
+    fence_acc(b.part);
+#pragma unroll
+    for (int i = 0; i < kPart / 2; i += 4) {
+      acc[i] += b.part[i] * b.s0;
+      acc[i + 1] += b.part[i + 1] * b.s0;
+      acc[i + 2] += b.part[i + 2] * b.s1;
+      acc[i + 3] += b.part[i + 3] * b.s1;
+    }
+  }
+
+  static __device__ __forceinline__ void consume_block_overlapped(
+      const ak_gemm_params& p, uint32_t smem, uint32_t full, uint32_t empty, float* buf,
+      int64_t num_tiles, int64_t tiles_m, int64_t tiles_n, int32_t k_tiles, int64_t num_units) {
+    static_assert(kBK == kScaleBlockK && kScaleBlockN == 128 && kBN == kPart);
+    const int consumer = threadIdx.x / 128 - 1;
+    int stage = 0;
+    uint32_t phase = 0;
+    const auto next = [](int& s, uint32_t& ph) {
+      if (++s == kStages) {
+        s = 0;
+        ph ^= 1;
+      }
+    };
+    for (int64_t unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
+      const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
+      const Tile& t = w.t;
+      const int64_t row0 = scale_row(p, t, consumer, 0), row1 = scale_row(p, t, consumer, 8);
+      float acc[kBN / 2];
+#pragma unroll
+      for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.0f;
+      Pending b0, b1;
+      int32_t kt = w.kt0;
+      for (; kt + 1 < w.kt1; kt += 2) {
+        int stage1 = stage;
+        uint32_t phase1 = phase;
+        next(stage1, phase1);
+        bar_wait(full + 8 * stage, phase);
+        bar_wait(full + 8 * stage1, phase1);
+        fence_acc(b0.part);
+        fence_acc(b1.part);
+        wgmma_fence();
+        issue_block(p, b0, smem + stage * kStageBytes, consumer, t, row0, row1, kt);
+        issue_block(p, b1, smem + stage1 * kStageBytes, consumer, t, row0, row1, kt + 1);
+        wgmma_wait<1>();
+        promote(acc, b0);
+        release(empty, stage);
+        wgmma_wait<0>();
+        promote(acc, b1);
+        release(empty, stage1);
+        stage = stage1;
+        phase = phase1;
+        next(stage, phase);
+      }
+      if (kt < w.kt1) {  // an odd stage count: the last one alone
+        bar_wait(full + 8 * stage, phase);
+        fence_acc(b0.part);
+        wgmma_fence();
+        issue_block(p, b0, smem + stage * kStageBytes, consumer, t, row0, row1, kt);
+        wgmma_wait<0>();
+        promote(acc, b0);
+        release(empty, stage);
+        next(stage, phase);
+      }
+      // The block paths' registers are full while the main loop runs: the factors are read here.
+      store_tile(p, w, consumer, acc, tile_factors(p, t, consumer), buf);
     }
   }
 
@@ -623,8 +773,13 @@ struct Kernel {
                                       (threadIdx.x / 128 - 1) * kEpiBytes);
     if constexpr (kFp8) {
       if (p.scale_mode_a == kScaleBlock) {
-        consume_block_scaled(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles,
-                             num_units);
+        if constexpr (kBN == kPart) {
+          consume_block_overlapped(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles,
+                                   num_units);
+        } else {
+          consume_block_scaled(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles,
+                               num_units);
+        }
         finish_stores();
         return;
       }

@@ -5,45 +5,51 @@ sm_120a, wgmma + TMA (warp-specialized, persistent) on sm_90a, tcgen05 on sm_100
 ``_tcgen05_enabled``). The image loaded for the device holds the entries its target can run;
 this module picks one per call from the tile table below and the operands' layout.
 
-Tile table (``_pick``), first match wins:
+Tile table (``_pick``, ``_wgmma_tile``), first match wins:
 
-========================================  =====================================================
-condition                                 variant
-========================================  =====================================================
-sm_100a, AOTKERNELS_GEMM_TCGEN05=1, TMA   ``tc_128x256``
-sm_90a, TMA-legal operands, M <= 128      ``wg_64x128`` (one consumer warpgroup, more CTAs),
-                                          split-K by ``_split_k`` when M <= 64
-sm_90a, TMA-legal, 128x256 tiles < SMs/2  ``wg_64x128`` (fill the GPU)
-sm_90a, TMA-legal                         ``wg_128x256``
-otherwise, 128x128 tiles >= SMs           ``mma_128x128``
-otherwise                                 ``mma_64x64``
-========================================  =====================================================
+=========================================  ====================================================
+condition                                  variant
+=========================================  ====================================================
+sm_100a, AOTKERNELS_GEMM_TCGEN05=1, TMA    ``tc_128x256``
+sm_90a, TMA-legal operands, M <= 64        ``wg_64x128``, split-K by ``_split_k``
+sm_90a, TMA-legal, M <= 128                ``wg_64x64`` where 64x128 tiles would fill at most
+                                           half the SMs, else ``wg_64x128``
+sm_90a, TMA-legal, 128x256 tiles < SMs/2   ``wg_64x128`` (fill the GPU)
+sm_90a, TMA-legal, fp8 block scales        ``wg_128x256``
+sm_90a, TMA-legal                          ``wg_128x128`` where its last wave is fuller by
+                                           more than ``_FILL_MARGIN``, else ``wg_128x256``
+otherwise, 128x128 tiles >= SMs            ``mma_128x128``
+otherwise                                  ``mma_64x64``
+=========================================  ====================================================
 
-Measured on an H200 (2026-11-23, every wgmma variant and split count forced in one run; TFLOP/s,
-b K-major, bf16 / fp8 e4m3 with per-tensor scales, bf16 out):
+Measured on an H100 SXM (2026-11-27, every wgmma variant and split count forced in one run,
+``tools/gemm_sweep.py``; TFLOP/s, b K-major, bf16 / fp8 e4m3 per-tensor scales, bf16 out;
+cuBLAS beside):
 
-=====================  =========================  =========================  ==================
-M x N x K              wg_64x128: 1 / 2 / 4 splits  wg_128x256: 1 / 2 / 4      table picks
-=====================  =========================  =========================  ==================
-bf16 16x4096x4096      25 / 28 / 28               12 / 18 / 24               64x128, 2 splits
-bf16 16x4096x14336     33 / 46 / 48               14 / 25 / 40               64x128, 4 splits
-bf16 16x14336x4096     50 / 41 / 40               39 / 39 / 35               64x128
-bf16 128x4096x4096     229 / 175 / 149            92 / 120 / 145             64x128
-bf16 128x8192x8192     411 / 280 / 238            205 / 281 / 281            64x128
-fp8 16x4096x4096       38 / 35 / 37               19 / 24 / 29               64x128
-fp8 16x4096x14336      60 / 71 / 74               25 / 42 / 61               64x128, 3 splits
-fp8 128x14336x4096     602 / 274 / 215            501 / 331 / 255            64x128
-bf16 1024x4096x4096    569                        679                        128x256
-fp8 1024x8192x8192     1164                       1432                       128x256
-bf16 1024^3            191 / 79                   106 / 82                   64x128
-bf16 2048^3            454 / 167                  570 / 238                  128x256
-=====================  =========================  =========================  ==================
+=========================  ======  =====  ======  =======  =======  =====================
+M x N x K                  64x64   64x128 128x128 128x256  cuBLAS   table picks
+=========================  ======  =====  ======  =======  =======  =====================
+bf16 16x4096x4096          24      26     19      12       28       64x128
+bf16 16x4096x14336 (s2)    37      38     32      24       40       64x128, 2 splits
+bf16 16x8192x8192          41      41     27      26       43       64x128
+bf16 128x4096x4096         228     215    162     94       239      64x64
+bf16 128x4096x14336        306     283    205     110      276      64x64
+bf16 128x14336x4096        270     307    305     281      311      64x128
+bf16 128x8192x8192         310     326    306     207      326      64x128
+bf16 1024x14336x4096       402     503    720     676      765      128x128
+bf16 1024x4096x4096        381     566    692     711      738      128x256
+fp8 128x4096x4096          340     323    252     161      350      64x64
+fp8 1024x14336x4096        690     1045   1310    1222     1308     128x128
+fp8 block 128x4096x4096    273     219    197     125      247      64x64
+fp8 block 8192^3           497     639    957     990      1299     128x256
+=========================  ======  =====  ======  =======  =======  =====================
 
-Split-K pays only while one row of tiles streams a long K: M <= 64, at least 32 stages of 128
-bytes of K per split (fewer lose to the f32 partials and the reduction launch: fp8 16x4096x4096
-and every M = 128 shape above ran slower split), as many splits as fill 132 CTAs (``_split_k``;
-at most 16). The choice is a function of the shape only, so it is deterministic and needs no
-tuning cache.
+Split-K pays only while one row of tiles streams a long K: M <= 64, at least 96 stages of 128
+bytes of K per split (bf16 16x4096x14336: 38 vs 34 TFLOP/s with 2 splits; with 64 or 128
+stages in all, 16x4096x4096 and 16x8192x8192, one split is 6-20 % faster: the f32 partials
+and the second launch outweigh the extra CTAs), as many splits as fill 132 CTAs
+(``_split_k``; at most 16). Every rule is a function of the shape and the SM count, so the
+choice is deterministic and needs no tuning cache.
 
 "TMA-legal": K >= 1, M, N and K below 2**31 (TMA coordinates are 32-bit), both operands
 16-byte aligned with a row stride that is a multiple of 16 bytes (and at least the row), and
@@ -150,6 +156,41 @@ class _Pick(NamedTuple):
     path: str
 
 
+def _tiles(batch: int, m: int, n: int, bm: int, bn: int) -> int:
+    return batch * math.ceil(m / bm) * math.ceil(n / bn)
+
+
+def _last_wave_fill(tiles: int, sms: int) -> float:
+    """The fraction of the persistent grid's tile slots that hold a tile (1.0: whole waves)."""
+    return tiles / (math.ceil(tiles / sms) * sms)
+
+
+# A 128 x 128 tile beats 128 x 256 only where its last wave is this much fuller (measured: M =
+# 1024, N = 14336, K = 4096, 0.97 vs 0.85 full: 720 vs 676 TFLOP/s bf16; at equal fill the wider
+# tile is 2-6 % faster).
+_FILL_MARGIN = 0.05
+
+
+def _wgmma_tile(m: int, n: int, batch: int, sms: int, block_scaled: bool) -> str:
+    """The wgmma variant of one call (the tile table in the module docstring). Shapes that split
+    along K (``_split_k``) take ``wg_64x128`` whatever the GPU: the workspace is sized from the
+    shape alone."""
+    if m <= _SPLIT_MAX_M:
+        return "wg_64x128"
+    if m <= 128:
+        # Two 64-row tiles: 64 x 64 tiles where 64 x 128 ones leave half the SMs idle.
+        return "wg_64x64" if _tiles(batch, m, n, 64, 128) <= sms // 2 else "wg_64x128"
+    wide = _tiles(batch, m, n, 128, 256)
+    if wide < sms // 2:
+        return "wg_64x128"  # few tiles: fill the GPU
+    if block_scaled:
+        return "wg_128x256"
+    narrow = _tiles(batch, m, n, 128, 128)
+    if _last_wave_fill(narrow, sms) > _last_wave_fill(wide, sms) + _FILL_MARGIN:
+        return "wg_128x128"
+    return "wg_128x256"
+
+
 def _pick(
     op: str,
     dtype: str,
@@ -160,6 +201,7 @@ def _pick(
     tma_ok: bool,
     fam: Any,
     batch: int = 1,
+    block_scaled: bool = False,
 ) -> _Pick:
     """The variant for one call (the tile table in the module docstring). ``dtype`` names the
     entries (``"<a>x<b>"`` for mixed fp8 operands); ``batch`` matrices share the launch."""
@@ -178,10 +220,7 @@ def _pick(
     if tma_ok and k >= 1:
         if (_tcgen05_enabled() or forced == "tcgen05") and batch == 1:
             order.append("tc_128x256")
-        big = batch * math.ceil(m / 128) * math.ceil(n / 256)
-        # Measured on an H200 (bf16, K = 4096): 64x128 tiles win for M <= 128 (M = 128,
-        # N = 4096: 272 vs 90 TFLOP/s), 128x256 tiles for large shapes (8192^3: 811 vs 501).
-        order.append("wg_64x128" if m <= 128 or big < sms // 2 else "wg_128x256")
+        order.append(_wgmma_tile(m, n, batch, sms, block_scaled))
     tiles = batch * math.ceil(m / 128) * math.ceil(n / 128)
     order.append("mma_128x128" if tiles >= sms else "mma_64x64")
     base = f"ak_{op}_{dtype}_"
@@ -210,7 +249,7 @@ def _pick(
 # workspace shape must not depend on the device, see _split_k), the fewest 128-byte K stages per
 # split, the most splits, and the most rows (one tile row of wg_64x128).
 _SPLIT_CTAS = 132
-_SPLIT_MIN_STAGES = 32
+_SPLIT_MIN_STAGES = 96
 _SPLIT_MAX = 16
 _SPLIT_MAX_M = 64
 
@@ -220,8 +259,8 @@ class _Split(NamedTuple):
     k_split: int  # K elements per split, a multiple of 128 (0 without splits)
 
     def ws_shape(self, m: int, n: int) -> tuple[int, ...]:
-        """The f32 partials [splits, M, N rounded up to even]; (0,) without splits."""
-        return (self.splits, m, n + n % 2) if self.splits > 1 else (0,)
+        """The f32 partials [splits, M, N rounded up to a multiple of 4]; (0,) without splits."""
+        return (self.splits, m, -(-n // 4) * 4) if self.splits > 1 else (0,)
 
 
 def _split_k(dtype: str, m: int, n: int, k: int, batch: tuple[int, ...]) -> _Split:
@@ -561,9 +600,10 @@ def _launch(a: Args) -> list[Launch]:
             _tma_fold(lb, bt.b, bt.n, n if lb.major == "k" else k, k, bk),
         )
         tma_ok = folds[0] is not None and folds[1] is not None
-    pick = _pick(op, p.entry_dtype, m, n, k, layout, tma_ok, fam, bt.n)
-    v = fam.variants[pick.variant]
     c = _loader.constants(FAMILY)
+    block = sc.mode_a == c["scale_mode"]["scale_block"]
+    pick = _pick(op, p.entry_dtype, m, n, k, layout, tma_ok, fam, bt.n, block)
+    v = fam.variants[pick.variant]
     bit = c["flags"]
     flags = (bit["a_m_major"] if la.major == "m" else 0) | (
         bit["b_k_major"] if lb.major == "k" else 0
@@ -617,8 +657,8 @@ def _launch(a: Args) -> list[Launch]:
     launches = [Launch(pick.symbol, grid, (threads,), args, int(v["smem"]), maps)]
     if split.splits > 1:
         # The same entry sums the partials in split order and runs the epilogue.
-        pairs = m * math.ceil(n / 2)
-        blocks = min(math.ceil(pairs / threads), fam.device.sm_count)
+        groups = m * math.ceil(n / 4)  # a thread sums 4 columns at a time
+        blocks = min(math.ceil(groups / threads), fam.device.sm_count)
         reduce = {**args, "flags": flags | bit["split_reduce"]}
         # The main launch's shared memory: a launch asking less would make the SMs re-split their
         # L1 / shared memory between the two kernels (on every call).
