@@ -417,7 +417,7 @@ def test_decode_splits_long_context() -> None:
     assert cfg.tile.name == "dec_d128" and cfg.splits == 64 and cfg.grid == (1, 8, 64)
     assert cfg.block == 64 and cfg.smem == 53248
     assert cfg.fields["flags"] == 2 | 8 | 16  # seqused, split, packed
-    assert cfg.combine_grid == 16 and cfg.combine_block == 64 and cfg.fields["acc_split"] == 32
+    assert cfg.combine_grid == 32 and cfg.combine_block == 128 and cfg.fields["acc_split"] == 32
 
 
 def test_decode_large_batch_does_not_split() -> None:
@@ -541,7 +541,8 @@ def test_runner_decode_split(monkeypatch: pytest.MonkeyPatch, paged: bool) -> No
     o_acc, l_acc = gpu.allocs[1:]  # after out: the hidden workspaces
     assert o_acc.shape == (64, 32, 128) and l_acc.shape == (64, 32)
     assert fwd["symbol"] == "ak_attn_fwd_f16_dec_d128" and fwd["grid"] == (1, 8, 64)
-    assert comb["symbol"] == "ak_attn_combine_f16_dec_d128" and comb["grid"] == (16, 1, 1)
+    assert comb["symbol"] == "ak_attn_combine_f16_dec_d128" and comb["grid"] == (32, 1, 1)
+    assert comb["block"] == (128, 1, 1)
     for ln in (fwd, comb):
         assert (ln["out"], ln["q"], ln["k"], ln["v"]) == (out.ptr, q.ptr, kc.ptr, vc.ptr)
         assert (ln["o_accum"], ln["lse_accum"], ln["seqused_k"]) == (o_acc.ptr, l_acc.ptr, lens.ptr)

@@ -66,6 +66,15 @@ __device__ __forceinline__ void copy16(uint8_t* dst, const void* src, const void
 #endif
 }
 
+// The same for a chunk known to be inside its operand.
+__device__ __forceinline__ void copy16(uint8_t* dst, const void* src) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  cp_async_16(smem_u32(dst), src, 16);
+#else
+  *reinterpret_cast<uint4*>(dst) = __ldg(reinterpret_cast<const uint4*>(src));
+#endif
+}
+
 __device__ __forceinline__ void copy_commit() {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   cp_async_commit();
@@ -360,7 +369,10 @@ __device__ __forceinline__ void mask_scores(float (&sc)[kMT][kNT][4], const P& p
 
 // Online softmax over one key tile: the new row max, what was accumulated rescaled, the scores
 // exponentiated in place (they become P). row_sum stays per thread (its columns) until the end.
-template <int kMT, int kNT, int kDT>
+// kVoteRescale: the warp skips rescaling O where no row's max moved (every alpha is exactly 1,
+// so the result is the same bits): one vote instead of kDT * 2 multiplies per row half, which
+// pays where a warp's instruction count per tile is its critical path (decode).
+template <bool kVoteRescale = false, int kMT, int kNT, int kDT>
 __device__ __forceinline__ void online_softmax(float (&sc)[kMT][kNT][4], float (&o)[kMT][kDT][4],
                                                float (&row_max)[kMT][2], float (&row_sum)[kMT][2]) {
 #pragma unroll
@@ -382,6 +394,7 @@ __device__ __forceinline__ void online_softmax(float (&sc)[kMT][kNT][4], float (
         sum += sc[mt][j][2 * h] + sc[mt][j][2 * h + 1];
       }
       row_sum[mt][h] = row_sum[mt][h] * alpha + sum;
+      if (kVoteRescale && !__any_sync(0xffffffffu, alpha != 1.f)) continue;
 #pragma unroll
       for (int i = 0; i < kDT; ++i) {
         o[mt][i][2 * h] *= alpha;

@@ -63,7 +63,9 @@ __device__ __forceinline__ void decode(const P& p) {
   const int64_t k_ss = p.k_ss * 2, v_ss = p.v_ss * 2;
   const int64_t k_lane = hk * p.k_sh * 2 + lr * k_ss + c * 16;
   const int64_t v_lane = hk * p.v_sh * 2 + lr * v_ss + c * 16;
+  const int64_t k_step = kRowsPerCopy * k_ss, v_step = kRowsPerCopy * v_ss;
   uint8_t* my_ring = ring + warp * kStages * kStage;
+  const bool full_d = d == kD;  // the common case: no chunk to zero-fill, no k-step to skip
 
   // Tile t into stage st. Its rows r < split_r lie from key n0 on in the first page (or the
   // contiguous cache), the others from the page's end on in the next page: row r of K is at
@@ -86,13 +88,26 @@ __device__ __forceinline__ void decode(const P& p) {
       v1 = page1 * p.v_sb * 2 - split_r * v_ss;
     }
     uint8_t* dst = my_ring + st * kStage;
+    if (full_d && valid >= kBN && split_r >= kBN) {
+      // Nearly every tile: all rows in the sequence and in one page, all chunks inside d. Two
+      // adds and the copy per chunk; the general loop below costs ~14 instructions per chunk.
+      const uint8_t* ksrc = s.k + k0 + k_lane;
+      const uint8_t* vsrc = s.v + v0 + v_lane;
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i, ksrc += k_step, vsrc += v_step) {
+        const int r = i * kRowsPerCopy + lr;
+        copy16(dst + tile_off<kD>(r, c), ksrc);
+        copy16(dst + kTile + tile_off<kD>(r, c), vsrc);
+      }
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
       const int r = i * kRowsPerCopy + lr;
       const bool in = c_in && r < valid;
       const bool in_first = r < split_r;
-      const uint8_t* ksrc = s.k + (in_first ? k0 : k1) + k_lane + i * kRowsPerCopy * k_ss;
-      const uint8_t* vsrc = s.v + (in_first ? v0 : v1) + v_lane + i * kRowsPerCopy * v_ss;
+      const uint8_t* ksrc = s.k + (in_first ? k0 : k1) + k_lane + i * k_step;
+      const uint8_t* vsrc = s.v + (in_first ? v0 : v1) + v_lane + i * v_step;
       copy16(dst + tile_off<kD>(r, c), in ? ksrc : nullptr, p.k);
       copy16(dst + kTile + tile_off<kD>(r, c), in ? vsrc : nullptr, p.v);
     }
@@ -121,7 +136,6 @@ __device__ __forceinline__ void decode(const P& p) {
   const Swizzled<kD> v_addr(smem_u32(my_ring + kTile), ((lane / 8) & 1) * 8 + (lane & 7),
                             lane / 16);
 
-  const bool full_d = d == kD;  // the common case: no k-step to skip (see qk_tile)
   int st = 0, st_next = kStages - 1;
   for (int i = 0; i < count; ++i) {
     copy_wait<kStages - 2>();  // tile i has landed
@@ -137,7 +151,7 @@ __device__ __forceinline__ void decode(const P& p) {
     }
     log2_scores(sc, p);
     if (kr.crosses(p, n0, kBN, s.sk)) mask_scores(sc, p, rw, kr, s.sk, n0, m0);
-    online_softmax(sc, o, row_max, row_sum);
+    online_softmax<true>(sc, o, row_max, row_sum);
     if (full_d) {
       pv_tile<T, true>(o, sc, v_at, d);
     } else {
@@ -219,24 +233,24 @@ __device__ __forceinline__ void decode(const P& p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// attn_combine: out = sum_s exp(lse_s - lse) * o_s, lse = log sum_s exp(lse_s), one warp per
-// (batch, head, position) row. The lanes weigh the splits (split s on lane s % 32), then each
-// lane sums its d / 32 columns over the splits in split order, kBatch splits' loads in flight at
-// a time: a long context has up to kMaxSplits partials per row, and one load latency per split
-// would cost more than the partials' bytes. Rows without any visible key (every lse_s = -inf)
-// get 0 and -inf.
+// attn_combine: out = sum_s exp(lse_s - lse) * o_s, lse = log sum_s exp(lse_s), one CTA of
+// kCombineWarps warps per (batch, head, position) row. Every warp weighs all splits (split s on
+// lane s % 32; the same bits in every warp), then warp w sums its contiguous share of the splits
+// over its lane's d / 32 columns, kBatch splits' loads in flight at a time, and warp 0 adds the
+// shares in warp order. Both orders are fixed. A long context has up to kMaxSplits partials per
+// row: one load latency per split, or per batch of one warp, would cost more than their bytes.
+// Rows without any visible key (every lse_s = -inf) get 0 and -inf.
 // ---------------------------------------------------------------------------------------------
 template <class T, class C, class P>
 __device__ __forceinline__ void combine(const P& p) {
   constexpr int kVec = C::d / 32;  // columns per lane
-  constexpr int kWarps = C::threads / 32, kPerLane = kMaxSplits / 32;
+  constexpr int kWarps = kCombineWarps, kPerLane = kMaxSplits / 32;
   constexpr int kBatch = 16;  // splits whose loads are in flight together
   static_assert(kVec == 2 || kVec == 4 || kVec == 8, "a lane's columns: one or two vectors");
-  __shared__ float weight[kWarps][kMaxSplits];
+  __shared__ float weight[kMaxSplits];
+  __shared__ __align__(16) float share[kWarps][C::d];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seqlen_q;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  if (row >= rows) return;
+  const int64_t row = blockIdx.x;
   const float* lse_acc = static_cast<const float*>(p.lse_accum);
   const float* o_acc = static_cast<const float*>(p.o_accum);
   const int d = p.d, n = p.num_splits;
@@ -256,18 +270,20 @@ __device__ __forceinline__ void combine(const P& p) {
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const float w = __expf(lse_s[j] - mx);
-      if (lane + 32 * j < n) weight[warp][lane + 32 * j] = w;
+      if (warp == 0 && lane + 32 * j < n) weight[lane + 32 * j] = w;
       total += w;
     }
     total = warp_sum(total);
-    __syncwarp();
+    __syncthreads();
+    const int per = (n + kWarps - 1) / kWarps;
+    const int s_lo = min(n, warp * per), s_hi = min(n, s_lo + per);
     if (col < d) {
       // Loads first, then the sums: written as one loop, the loads wait on the sums in turn.
-      for (int s0 = 0; s0 < n; s0 += kBatch) {
+      for (int s0 = s_lo; s0 < s_hi; s0 += kBatch) {
         float v[kBatch][kVec];
 #pragma unroll
         for (int j = 0; j < kBatch; ++j) {
-          if (s0 + j >= n) continue;
+          if (s0 + j >= s_hi) continue;
           const float* src = o_acc + ((s0 + j) * p.acc_split + row) * d + col;
           if constexpr (kVec == 2) {
             const float2 x = *reinterpret_cast<const float2*>(src);
@@ -286,13 +302,22 @@ __device__ __forceinline__ void combine(const P& p) {
         }
 #pragma unroll
         for (int j = 0; j < kBatch; ++j) {
-          if (s0 + j >= n) continue;
-          const float w = weight[warp][s0 + j];
+          if (s0 + j >= s_hi) continue;
+          const float w = weight[s0 + j];
 #pragma unroll
           for (int i = 0; i < kVec; ++i) acc[i] += w * v[j][i];
         }
       }
     }
+  }
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) share[warp][col + i] = acc[i];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) acc[i] += share[w][col + i];
   }
   const float inv = total > 0.f ? 1.f / total : 0.f;
   const int64_t pos = row % p.seqlen_q, bh = row / p.seqlen_q;
@@ -325,9 +350,9 @@ __device__ __forceinline__ void combine(const P& p) {
       symbol(const __grid_constant__ ak_attention_params p) { \
     ak::attention::decode<T, V>(p);                           \
   }
-#define AK_ATTN_DEC_attn_combine(symbol, T, V)                \
-  extern "C" __global__ void __launch_bounds__(V::threads)    \
-      symbol(const __grid_constant__ ak_attention_params p) { \
-    ak::attention::combine<T, V>(p);                          \
+#define AK_ATTN_DEC_attn_combine(symbol, T, V)                                    \
+  extern "C" __global__ void __launch_bounds__(32 * ak::attention::kCombineWarps) \
+      symbol(const __grid_constant__ ak_attention_params p) {                     \
+    ak::attention::combine<T, V>(p);                                              \
   }
 #define AK_ENTRY_DEC(symbol, op, T, V) AK_ATTN_DEC_##op(symbol, T, V)

@@ -550,14 +550,14 @@ def configure(
         "seqlen_q": p.sq, "seqlen_k": p.sk, "page_size": p.page_size, "num_splits": p.splits,
         "flags": flags, "scale_log2": p.scale_log2, "softcap_pre": p.softcap_pre,
     }  # fmt: skip
-    warps = tile.threads // 32
     grid = (m_blocks, slots, p.batch * p.splits)
     if tile.path == "fa3":
         units = fa3_units(p, tile.bm)
         grid = (min(units, sms or _MAX_GRID_X), 1, 1)
+    # attn_combine: one CTA of combine_warps warps per output row.
+    combine_block = 32 * int(_loader.constants(FAMILY)["combine_warps"])
     return Config(
-        tile, fields, grid, tile.threads, tile.smem,
-        p.splits, math.ceil(acc_rows / warps), tile.threads,
+        tile, fields, grid, tile.threads, tile.smem, p.splits, acc_rows, combine_block,
     )  # fmt: skip
 
 
