@@ -157,6 +157,7 @@ class _Pick(NamedTuple):
 
 
 def _tiles(batch: int, m: int, n: int, bm: int, bn: int) -> int:
+    """The bm x bn tiles covering ``batch`` m x n outputs."""
     return batch * math.ceil(m / bm) * math.ceil(n / bn)
 
 
@@ -221,8 +222,7 @@ def _pick(
         if (_tcgen05_enabled() or forced == "tcgen05") and batch == 1:
             order.append("tc_128x256")
         order.append(_wgmma_tile(m, n, batch, sms, block_scaled))
-    tiles = batch * math.ceil(m / 128) * math.ceil(n / 128)
-    order.append("mma_128x128" if tiles >= sms else "mma_64x64")
+    order.append("mma_128x128" if _tiles(batch, m, n, 128, 128) >= sms else "mma_64x64")
     base = f"ak_{op}_{dtype}_"
     for variant in order:
         path = fam.variants[variant]["path"]
