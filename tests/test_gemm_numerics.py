@@ -494,14 +494,17 @@ def test_fp8_matches_torch_scaled_mm(
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fast", [False, True])
 @pytest.mark.parametrize("dtype", FP8)
 @pytest.mark.parametrize("block", [False, True])
 @pytest.mark.parametrize("path", PATHS)
 def test_fp8_random_within_tolerance(
-    picks: list[Any], monkeypatch: pytest.MonkeyPatch, path: str, block: bool, dtype: str
-) -> None:
+    picks: list[Any], monkeypatch: pytest.MonkeyPatch, path: str, block: bool, dtype: str,
+    fast: bool,
+) -> None:  # fmt: skip
     """Random fp8 (e5m2 too, which torch._scaled_mm does not multiply by itself) against the
-    upcast reference, per-tensor and block scales (an fp32 reference applying them per block)."""
+    upcast reference, per-tensor and block scales (an fp32 reference applying them per block),
+    in both accumulation modes."""
     import torch
 
     monkeypatch.setenv(ENV, path)
@@ -516,10 +519,62 @@ def test_fp8_random_within_tolerance(
             sb = torch.rand(math.ceil(n / 128), kb, device="cuda", generator=gen) + 0.1
         else:
             sa, sb = torch.tensor([0.3], device="cuda"), torch.tensor([1.7], device="cuda")
-        y = run_forced(path, partial(ak.scaled_mm, a, b, sa, sb, "float32"), False)
+        call = partial(ak.scaled_mm, a, b, sa, sb, "float32", use_fast_accum=fast)
+        y = run_forced(path, call, False)
         absref = scaled_mm_ref(av.float().abs(), bv.float().abs(), sa, sb).abs()
         assert_gemm_near(y, scaled_mm_ref(av, bv, sa, sb), absref, dtype)
         assert picks[-1].path == path
+
+
+# The long-K accumulation test: positive operands, so that the sums grow and each addition's
+# rounding error counts, and K long enough for fp8 wgmma's reduced-precision accumulation to show.
+LONG_K = (256, 512, 16384)
+# max |y - ref| / max |ref|: the worst case of a sequential f32 sum of K terms, K * 2**-24 of the
+# sum of their magnitudes (which max |ref| is, the operands being positive).
+TWO_LEVEL_BOUND = LONG_K[2] * 2.0**-24
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", PATHS)
+def test_fp8_two_level_accumulation(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """use_fast_accum=False (the default) keeps the error of a long K within f32 accumulation's
+    against an f64 reference on every tile of the path; use_fast_accum=True accumulates
+    directly: on the wgmma path with fp8 wgmma's reduced precision, a larger error (mma.sync
+    adds into f32 either way). Both are bitwise repeatable."""
+    import torch
+
+    m, n, k = LONG_K
+    monkeypatch.setenv(ENV, path)
+    gen = generator(m, n, k, 10)
+    av = (torch.rand(m, k, device="cuda", generator=gen) + 1).to(torch.float8_e4m3fn)
+    bv = (torch.rand(n, k, device="cuda", generator=gen) + 1).to(torch.float8_e4m3fn).t()
+    ref = av.double() @ bv.double()
+    one = torch.ones((), device="cuda")
+    tiles = [None]
+    if path == "wgmma":
+        need_sm90a()
+        fam = loader.family_on("gemm", 0)
+        tiles = sorted(v for v, info in fam.variants.items() if info["path"] == "wgmma")
+    real = gemm._pick
+    for tile in tiles:
+        if tile is not None:
+
+            def forced(*args: Any, tile: str = tile, **kwargs: Any) -> Any:
+                pick = real(*args, **kwargs)
+                return gemm._Pick(pick.symbol.replace(f"_{pick.variant}_", f"_{tile}_"), tile,
+                                  "wgmma")  # fmt: skip
+
+            monkeypatch.setattr(gemm, "_pick", forced)
+        monkeypatch.setattr(_op, "_PLANS", {})
+        err = {}
+        for fast in (False, True):
+            y = ak.scaled_mm(av, bv, one, one, "float32", use_fast_accum=fast)
+            assert torch.equal(y, ak.scaled_mm(av, bv, one, one, "float32", use_fast_accum=fast))
+            err[fast] = ((y.double() - ref).abs().max() / ref.abs().max()).item()
+        assert err[False] <= TWO_LEVEL_BOUND, (tile, err)
+        assert err[False] <= err[True], (tile, err)
+        if path == "wgmma":  # the inputs make fp8 wgmma's own accumulation error show
+            assert err[True] > TWO_LEVEL_BOUND, (tile, err)
 
 
 INT_MM_SHAPES = [(17, 8, 16), (127, 1000, 4096), (4097, 256, 1008)]  # M > 16, K and N % 8 == 0
@@ -648,10 +703,11 @@ def test_every_wgmma_tile_exact(
         monkeypatch.setattr(gemm, "_pick", forced)
         monkeypatch.setattr(_op, "_PLANS", {})
         if dtype in ("bfloat16", "float16"):
-            y = ak.matmul(a, b, out, bias=bias_v)
-        else:
-            y = ak.scaled_mm(a, b, sa, sb, out, bias_v)
-        assert torch.equal(y, ref), tile
+            assert torch.equal(ak.matmul(a, b, out, bias=bias_v), ref), tile
+            continue
+        for fast in (False, True):  # no effect on int8 and block scales; fp8: both loops
+            y = ak.scaled_mm(a, b, sa, sb, out, bias_v, use_fast_accum=fast)
+            assert torch.equal(y, ref), (tile, fast)
 
 
 # --- the caller's stream --------------------------------------------------------------------------

@@ -214,6 +214,13 @@ def test_scaled_mm_out_dtype_rules(no_launch: None) -> None:
             ak.scaled_mm(*ab(dtype=dt), out_dtype="float8_e4m3fn")
 
 
+@pytest.mark.parametrize("value", [1, 0, "yes", None, 1.0])
+def test_scaled_mm_use_fast_accum_is_a_bool(no_launch: None, value: Any) -> None:
+    sa, sb = f32((1,), SA_PTR), f32((1,), SB_PTR)
+    with pytest.raises(TypeError, match=r"scaled_mm: use_fast_accum must be a bool, got "):
+        ak.scaled_mm(*ab(dtype="float8_e4m3fn"), sa, sb, "bfloat16", use_fast_accum=value)
+
+
 def test_block_scales_reject_int8(no_launch: None) -> None:
     a, b = ab(m=4, n=300, k=256, dtype="int8", layout="kk")
     with pytest.raises(TypeError, match=r"scaled_mm: block scales take fp8 operands, got int8"):
@@ -363,6 +370,13 @@ def test_immutable_arrays_take_no_out(no_launch: None) -> None:
             f32((1, 5), SB_PTR),
             "float32",
             f32((5,), BIAS_PTR),
+        ),
+        lambda: ak.scaled_mm(
+            *ab(dtype="float8_e4m3fn"),
+            f32((1,), SA_PTR),
+            f32((1,), SB_PTR),
+            "bfloat16",
+            use_fast_accum=True,
         ),
     ],
 )

@@ -542,8 +542,12 @@ def test_jit_scaled_mm() -> None:
     fp8 = jnp.float8_e4m3fn
     a, b = _small_ints((64, 128), fp8, 0), _small_ints((128, 96), fp8, 1)
     sa, sb = jnp.array([0.5], jnp.float32), jnp.array([2.0], jnp.float32)
-    got = jax.jit(lambda a, b, sa, sb: ak.scaled_mm(a, b, sa, sb, jnp.bfloat16))(a, b, sa, sb)
-    _close(got, (_f32(a) @ _f32(b)) * 0.5 * 2.0)
+    for fast in (False, True):  # an attribute of the custom call: both accumulation loops
+
+        def f(a: Any, b: Any, sa: Any, sb: Any, fast: bool = fast) -> Any:
+            return ak.scaled_mm(a, b, sa, sb, jnp.bfloat16, use_fast_accum=fast)
+
+        _close(jax.jit(f)(a, b, sa, sb), (_f32(a) @ _f32(b)) * 0.5 * 2.0)
     i8 = _small_ints((64, 128), jnp.int8, 2), _small_ints((128, 96), jnp.int8, 3)
     got = jax.jit(lambda a, b: ak.scaled_mm(a, b, out_dtype=jnp.int32))(*i8)
     ref = i8[0].astype(jnp.int32) @ i8[1].astype(jnp.int32)

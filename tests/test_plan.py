@@ -591,7 +591,8 @@ def test_constants_reach_the_header_and_the_plan(matrix: Matrix, tmp_path: Path)
     write_plan(plan, tmp_path, KERNELS_DIR)
     gemm = (tmp_path / "generated" / "gemm_params.h").read_text()
     assert "namespace ak::gemm {" in gemm and "}  // namespace ak::gemm" in gemm
-    flags = "kAMMajor = 1, kBKMajor = 2, kBias = 4, kSplitReduce = 8, kTmaStore = 16"
+    flags = "kAMMajor = 1, kBKMajor = 2, kBias = 4, kSplitReduce = 8, kTmaStore = 16, "
+    flags += "kFastAccum = 32"
     assert f"enum Flags : int {{ {flags} }};" in gemm
     assert (
         "namespace ak::norms {\nenum Flags : int { kHasWeight = 1, kHasBias = 2, kGemma = 4 };"

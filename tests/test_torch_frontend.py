@@ -78,7 +78,7 @@ def test_every_op_is_registered() -> None:
         (
             "scaled_mm",
             "scaled_mm(Tensor a, Tensor b, Tensor? scale_a=None, Tensor? scale_b=None, "
-            "Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor",
+            "Tensor? bias=None, ScalarType? out_dtype=None, bool use_fast_accum=False) -> Tensor",
         ),
     ],
 )
@@ -222,7 +222,8 @@ def test_opcheck_scaled_mm() -> None:
     a = _cuda(33, 64).to(torch.float8_e4m3fn)
     b = _cuda(40, 64).to(torch.float8_e4m3fn).t()
     one = torch.ones(1, device="cuda")
-    args = (a, b, one, one, None, torch.bfloat16)
+    # use_fast_accum=False: the two-level accumulation loops; ak.scaled_mm's default.
+    args = (a, b, one, one, None, torch.bfloat16, False)
     # opcheck's test_schema perturbs the inputs with arithmetic torch has no fp8 kernels for
     # ("mul_cuda" not implemented for Float8_e4m3fn); the other checks take fp8 inputs.
     checks = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")

@@ -29,12 +29,15 @@
 // TMA boxes (64 elements of M/N x BK rows of K) as they land and use the transpose bits with
 // MN-major descriptors. 8-bit operands are K-major only (the wgmma rule; the host guarantees it).
 //
-// fp8 block scales (scale modes 3): BK = 128 is exactly one scale block, so each stage's partial
-// sum goes into temporary registers (a wgmma batch per kPart = min(bn, 128) columns, inside one
-// scale_b block) that are waited for and added to the main accumulators with
-// scale_a(row, kb) * scale_b(col block, kb): the two-level accumulation of DeepSeek-V3, which also
-// keeps fp8 wgmma's reduced-precision accumulation to one block. Tiles of at most 128 columns have
-// the registers for two stages' partials and promote one while the other's wgmmas run.
+// fp8 accumulation (Accum): fp8 wgmma adds into its accumulators with reduced precision. Unless
+// the host sets kFastAccum, each stage's partial sum (BK = 128 is exactly one scale block) goes
+// into temporary registers (a wgmma batch per kPart = min(bn, 128) columns, inside one scale_b
+// block) that are waited for and added to the f32 accumulators ("promoted"), with block scales
+// times scale_a(row, kb) * scale_b(col block, kb): the two-level accumulation of DeepSeek-V3. Tiles
+// of at most 128 columns have the registers for two stages' partials and promote one while the
+// other's wgmmas run; wider tiles promote part by part. Every stage rather than every few: on an
+// H100, promoting every 256 K made 128x256 tiles 4 % faster and the error of a long K 30 times
+// larger (every 128 K gives the errors of cuBLAS without fast accumulation).
 #pragma once
 
 #include <cuda_fp8.h>
@@ -531,47 +534,39 @@ struct Kernel {
     asm volatile("bar.sync %0, 128;" ::"r"(consumer + 1) : "memory");
   }
 
-  static __device__ __forceinline__ void consume(const ak_gemm_params& p, uint32_t smem,
-                                                 uint32_t full, uint32_t empty, Acc* buf,
-                                                 int64_t num_tiles, int64_t tiles_m,
-                                                 int64_t tiles_n, int32_t k_tiles,
-                                                 int64_t num_units) {
-    const int consumer = threadIdx.x / 128 - 1;
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int64_t unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
-      const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
-      const Factors f = tile_factors(p, w.t, consumer);
-      Acc acc[kBN / 2];
+  // The consumers' next stage of the ring (the parity flips each time the ring wraps).
+  static __device__ __forceinline__ void advance(int& stage, uint32_t& phase) {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+
+  // How the main loop accumulates. kDirect: the wgmmas accumulate into the tile's accumulators
+  // (16-bit and int8 operands, and fp8 with use_fast_accum). kPromote: each stage's partial sum
+  // (one 128-wide K block) goes into fresh registers and is then added into the f32
+  // accumulators, which keeps fp8 wgmma's reduced-precision accumulation to one block (two-level
+  // accumulation). kBlock: the same, the partial sums scaled by their block's
+  // scale_a(row, kb) * scale_b(col block, kb), as DeepSeek-V3 does.
+  enum Accum { kDirect, kPromote, kBlock };
+
+  // One stage's partial sum over kPart columns (at most one 128-column scale_b block), and for
+  // kBlock its factors for fragment rows r0 / r0 + 8.
+  struct Pending {
+    float part[kPart / 2];
+    float s0, s1;
+  };
+
+  // The wgmmas of one stage (at a_stage) for tile columns [kPart h, kPart (h + 1)) (kPart rows of
+  // B further on, kPart x 128 B, a whole number of swizzle atoms) into b.part, added to it when
+  // `more`.
+  static __device__ __forceinline__ void issue_part(Pending& b, uint32_t a_stage, int consumer,
+                                                    int h, bool more) {
+    const uint64_t da = desc_a(a_stage, consumer), db = desc_b(a_stage + kABytes);
 #pragma unroll
-      for (int i = 0; i < kBN / 2; ++i) acc[i] = 0;
-      int last = 0;
-      for (int32_t kt = w.kt0; kt < w.kt1; ++kt) {
-        bar_wait(full + 8 * stage, phase);
-        const uint32_t a = smem + stage * kStageBytes;
-        const uint64_t da = desc_a(a, consumer), db = desc_b(a + kABytes);
-        fence_acc(acc);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kKSteps; ++kk) {
-          mma<T, kBN, V::a_mmajor, !V::b_kmajor>(acc, da + (kk * step_a >> 4),
-                                                 db + (kk * step_b >> 4), 1);
-        }
-        wgmma_commit();
-        // The batch before this one has retired: its stage can be refilled.
-        wgmma_wait<1>();
-        fence_acc(acc);
-        if (kt > w.kt0) release(empty, stage == 0 ? kStages - 1 : stage - 1);
-        last = stage;
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
-      }
-      wgmma_wait<0>();
-      fence_acc(acc);
-      release(empty, last);
-      store_tile(p, w, consumer, acc, f, buf);
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      mma<T, kPart, false, false>(b.part, da + (kk * step_a >> 4),
+                                  db + ((kPart * 128 * h + kk * step_b) >> 4), more || kk != 0);
     }
   }
 
@@ -583,153 +578,171 @@ struct Kernel {
     return min(static_cast<int64_t>(t.m0 + consumer * 64 + warp * 16 + lane / 4 + dr), p.m - 1);
   }
 
-  // fp8 with 1x128 / 128x128 block scales: per stage (= one 128-wide K block) and per kPart
-  // columns (inside one scale_b block), a fresh partial sum is scaled into the f32 accumulators.
-  static __device__ __forceinline__ void consume_block_scaled(
-      const ak_gemm_params& p, uint32_t smem, uint32_t full, uint32_t empty, float* buf,
-      int64_t num_tiles, int64_t tiles_m, int64_t tiles_n, int32_t k_tiles, int64_t num_units) {
-    static_assert(kBK == kScaleBlockK && kScaleBlockN == 128);
-    const int consumer = threadIdx.x / 128 - 1;
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int64_t unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
-      const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
-      const Tile& t = w.t;
-      const int64_t row0 = scale_row(p, t, consumer, 0), row1 = scale_row(p, t, consumer, 8);
-      float acc[kBN / 2];
-#pragma unroll
-      for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.0f;
-      for (int32_t kt = w.kt0; kt < w.kt1; ++kt) {
-        const float sa0 = block_scale_a(p, row0, kt), sa1 = block_scale_a(p, row1, kt);
-        bar_wait(full + 8 * stage, phase);
-        const uint32_t a = smem + stage * kStageBytes;
-        const uint64_t da = desc_a(a, consumer), db = desc_b(a + kABytes);
-#pragma unroll
-        for (int h = 0; h < kBN / kPart; ++h) {
-          const int64_t n = min(static_cast<int64_t>(t.n0 + kPart * h), p.n - 1);
-          const float sb = block_scale_b(p, n, kt);
-          float part[kPart / 2];
-          fence_acc(part);
-          wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < kKSteps; ++kk) {
-            // kPart rows of B further on: kPart x 128 B, a whole number of swizzle atoms.
-            mma<T, kPart, false, false>(part, da + (kk * step_a >> 4),
-                                        db + ((kPart * 128 * h + kk * step_b) >> 4), kk != 0);
-          }
-          wgmma_commit();
-          wgmma_wait<0>();
-          fence_acc(part);
-          const float s0 = sa0 * sb, s1 = sa1 * sb;
-#pragma unroll
-          for (int i = 0; i < kPart / 2; i += 4) {
-            acc[kPart / 2 * h + i] += part[i] * s0;
-            acc[kPart / 2 * h + i + 1] += part[i + 1] * s0;
-            acc[kPart / 2 * h + i + 2] += part[i + 2] * s1;
-            acc[kPart / 2 * h + i + 3] += part[i + 3] * s1;
-          }
-        }
-        release(empty, stage);
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
-      }
-      // The block paths' registers are full while the main loop runs: the factors are read here.
-      store_tile(p, w, consumer, acc, tile_factors(p, t, consumer), buf);
-    }
-  }
-
-  // The block-scaled loop of tiles one part wide (kBN == kPart), two stages per trip: stage kt's
-  // and kt + 1's partial sums go into two register sets, and stage kt's are waited for and
-  // promoted while stage kt + 1's wgmmas run. Each trip drains its batches (the wgmma pipeline
-  // does not cross the loop's back edge, which ptxas would otherwise serialize).
-  struct Pending {
-    float part[kPart / 2];
-    float s0, s1;  // scale_a(row r0 / r0 + 8) * scale_b of the stage
-  };
-
-  static __device__ __forceinline__ void issue_block(const ak_gemm_params& p, Pending& b,
-                                                     uint32_t a_stage, int consumer, const Tile& t,
-                                                     int64_t row0, int64_t row1, int32_t kt) {
-    const uint64_t da = desc_a(a_stage, consumer), db = desc_b(a_stage + kABytes);
-#pragma unroll
-    for (int kk = 0; kk < kKSteps; ++kk) {
-      mma<T, kPart, false, false>(b.part, da + (kk * step_a >> 4), db + (kk * step_b >> 4),
-                                  kk != 0);
-    }
-    wgmma_commit();
-    const float sb = block_scale_b(p, t.n0, kt);
+  // b's factors for K block kt: scale_a of both rows times scale_b of the block holding column n.
+  static __device__ __forceinline__ void block_factors(const ak_gemm_params& p, Pending& b,
+                                                       int64_t row0, int64_t row1, int64_t n,
+                                                       int32_t kt) {
+    const float sb = block_scale_b(p, n, kt);
     b.s0 = block_scale_a(p, row0, kt) * sb;
     b.s1 = block_scale_a(p, row1, kt) * sb;
   }
 
-  static __device__ __forceinline__ void promote(float (&acc)[kBN / 2], Pending& b) {
+  // Part h of acc += b.part (times its factors with kBlock), once b's batch has retired.
+  template <int kAccum>
+  static __device__ __forceinline__ void promote(float (&acc)[kBN / 2], Pending& b, int h) {
     fence_acc(b.part);
 #pragma unroll
     for (int i = 0; i < kPart / 2; i += 4) {
-      acc[i] += b.part[i] * b.s0;
-      acc[i + 1] += b.part[i + 1] * b.s0;
-      acc[i + 2] += b.part[i + 2] * b.s1;
-      acc[i + 3] += b.part[i + 3] * b.s1;
+      if constexpr (kAccum == kBlock) {
+        acc[kPart / 2 * h + i] += b.part[i] * b.s0;
+        acc[kPart / 2 * h + i + 1] += b.part[i + 1] * b.s0;
+        acc[kPart / 2 * h + i + 2] += b.part[i + 2] * b.s1;
+        acc[kPart / 2 * h + i + 3] += b.part[i + 3] * b.s1;
+      } else {
+        acc[kPart / 2 * h + i] += b.part[i];
+        acc[kPart / 2 * h + i + 1] += b.part[i + 1];
+        acc[kPart / 2 * h + i + 2] += b.part[i + 2];
+        acc[kPart / 2 * h + i + 3] += b.part[i + 3];
+      }
     }
   }
 
-  static __device__ __forceinline__ void consume_block_overlapped(
-      const ak_gemm_params& p, uint32_t smem, uint32_t full, uint32_t empty, float* buf,
-      int64_t num_tiles, int64_t tiles_m, int64_t tiles_n, int32_t k_tiles, int64_t num_units) {
-    static_assert(kBK == kScaleBlockK && kScaleBlockN == 128 && kBN == kPart);
-    const int consumer = threadIdx.x / 128 - 1;
-    int stage = 0;
-    uint32_t phase = 0;
-    const auto next = [](int& s, uint32_t& ph) {
-      if (++s == kStages) {
-        s = 0;
-        ph ^= 1;
-      }
-    };
-    for (int64_t unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
-      const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
-      const Tile& t = w.t;
-      const int64_t row0 = scale_row(p, t, consumer, 0), row1 = scale_row(p, t, consumer, 8);
-      float acc[kBN / 2];
+  // kDirect: one wgmma batch in flight; a stage is released once the batch reading it retired.
+  static __device__ __forceinline__ void main_direct(uint32_t smem, uint32_t full, uint32_t empty,
+                                                     int consumer, const Work& w, int& stage,
+                                                     uint32_t& phase, Acc (&acc)[kBN / 2]) {
+    int last = 0;
+    for (int32_t kt = w.kt0; kt < w.kt1; ++kt) {
+      bar_wait(full + 8 * stage, phase);
+      const uint32_t a = smem + stage * kStageBytes;
+      const uint64_t da = desc_a(a, consumer), db = desc_b(a + kABytes);
+      fence_acc(acc);
+      wgmma_fence();
 #pragma unroll
-      for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.0f;
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        mma<T, kBN, V::a_mmajor, !V::b_kmajor>(acc, da + (kk * step_a >> 4),
+                                               db + (kk * step_b >> 4), 1);
+      }
+      wgmma_commit();
+      // The batch before this one has retired: its stage can be refilled.
+      wgmma_wait<1>();
+      fence_acc(acc);
+      if (kt > w.kt0) release(empty, stage == 0 ? kStages - 1 : stage - 1);
+      last = stage;
+      advance(stage, phase);
+    }
+    wgmma_wait<0>();
+    fence_acc(acc);
+    release(empty, last);
+  }
+
+  // The promoted main loop. Tiles one part wide (kBN == kPart) run two stages per trip: stage
+  // kt's and kt + 1's partial sums go into two register sets, and stage kt's are promoted while
+  // stage kt + 1's wgmmas run. Each trip drains its batches (the wgmma pipeline does not cross
+  // the loop's back edge, which ptxas would otherwise serialize).
+  template <int kAccum>
+  static __device__ __forceinline__ void main_promoted(const ak_gemm_params& p, uint32_t smem,
+                                                       uint32_t full, uint32_t empty, int consumer,
+                                                       const Work& w, int& stage, uint32_t& phase,
+                                                       float (&acc)[kBN / 2]) {
+    const int64_t row0 = scale_row(p, w.t, consumer, 0), row1 = scale_row(p, w.t, consumer, 8);
+    if constexpr (kBN == kPart) {
       Pending b0, b1;
       int32_t kt = w.kt0;
       for (; kt + 1 < w.kt1; kt += 2) {
         int stage1 = stage;
         uint32_t phase1 = phase;
-        next(stage1, phase1);
+        advance(stage1, phase1);
         bar_wait(full + 8 * stage, phase);
         bar_wait(full + 8 * stage1, phase1);
         fence_acc(b0.part);
         fence_acc(b1.part);
         wgmma_fence();
-        issue_block(p, b0, smem + stage * kStageBytes, consumer, t, row0, row1, kt);
-        issue_block(p, b1, smem + stage1 * kStageBytes, consumer, t, row0, row1, kt + 1);
+        issue_part(b0, smem + stage * kStageBytes, consumer, 0, false);
+        wgmma_commit();
+        issue_part(b1, smem + stage1 * kStageBytes, consumer, 0, false);
+        wgmma_commit();
+        if constexpr (kAccum == kBlock) {
+          block_factors(p, b0, row0, row1, w.t.n0, kt);
+          block_factors(p, b1, row0, row1, w.t.n0, kt + 1);
+        }
         wgmma_wait<1>();
-        promote(acc, b0);
+        promote<kAccum>(acc, b0, 0);
         release(empty, stage);
         wgmma_wait<0>();
-        promote(acc, b1);
+        promote<kAccum>(acc, b1, 0);
         release(empty, stage1);
         stage = stage1;
         phase = phase1;
-        next(stage, phase);
+        advance(stage, phase);
       }
       if (kt < w.kt1) {  // an odd stage count: the last one alone
         bar_wait(full + 8 * stage, phase);
         fence_acc(b0.part);
         wgmma_fence();
-        issue_block(p, b0, smem + stage * kStageBytes, consumer, t, row0, row1, kt);
+        issue_part(b0, smem + stage * kStageBytes, consumer, 0, false);
+        wgmma_commit();
+        if constexpr (kAccum == kBlock) block_factors(p, b0, row0, row1, w.t.n0, kt);
         wgmma_wait<0>();
-        promote(acc, b0);
+        promote<kAccum>(acc, b0, 0);
         release(empty, stage);
-        next(stage, phase);
+        advance(stage, phase);
       }
-      // The block paths' registers are full while the main loop runs: the factors are read here.
-      store_tile(p, w, consumer, acc, tile_factors(p, t, consumer), buf);
+    } else {
+      // Wider tiles lack the registers for two stages' partial sums: per stage, part by part,
+      // one batch into one register set, waited for and promoted.
+      for (int32_t kt = w.kt0; kt < w.kt1; ++kt) {
+        const float sa0 = kAccum == kBlock ? block_scale_a(p, row0, kt) : 1.0f;
+        const float sa1 = kAccum == kBlock ? block_scale_a(p, row1, kt) : 1.0f;
+        const int held = stage;
+        bar_wait(full + 8 * stage, phase);
+        advance(stage, phase);
+#pragma unroll
+        for (int h = 0; h < kBN / kPart; ++h) {
+          const int64_t n = min(static_cast<int64_t>(w.t.n0 + kPart * h), p.n - 1);
+          const float sb = kAccum == kBlock ? block_scale_b(p, n, kt) : 1.0f;
+          Pending b;
+          fence_acc(b.part);
+          wgmma_fence();
+          issue_part(b, smem + held * kStageBytes, consumer, h, false);
+          wgmma_commit();
+          wgmma_wait<0>();
+          b.s0 = sa0 * sb;
+          b.s1 = sa1 * sb;
+          promote<kAccum>(acc, b, h);
+        }
+        release(empty, held);
+      }
+    }
+  }
+
+  template <int kAccum>
+  static __device__ __forceinline__ void consume(const ak_gemm_params& p, uint32_t smem,
+                                                 uint32_t full, uint32_t empty, Acc* buf,
+                                                 int64_t num_tiles, int64_t tiles_m,
+                                                 int64_t tiles_n, int32_t k_tiles,
+                                                 int64_t num_units) {
+    // A stage is one K block of the scales, a part inside one scale_b block.
+    static_assert(kAccum == kDirect || (kBK == kScaleBlockK && kScaleBlockN % kPart == 0));
+    const int consumer = threadIdx.x / 128 - 1;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int64_t unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
+      const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
+      Factors f;
+      if constexpr (kAccum == kDirect) f = tile_factors(p, w.t, consumer);
+      Acc acc[kBN / 2];
+#pragma unroll
+      for (int i = 0; i < kBN / 2; ++i) acc[i] = 0;
+      if constexpr (kAccum == kDirect) {
+        main_direct(smem, full, empty, consumer, w, stage, phase, acc);
+      } else {
+        main_promoted<kAccum>(p, smem, full, empty, consumer, w, stage, phase, acc);
+      }
+      // The promoted loops' registers are full while the main loop runs: their factors are
+      // read here.
+      if constexpr (kAccum != kDirect) f = tile_factors(p, w.t, consumer);
+      store_tile(p, w, consumer, acc, f, buf);
     }
   }
 
@@ -773,18 +786,17 @@ struct Kernel {
                                       (threadIdx.x / 128 - 1) * kEpiBytes);
     if constexpr (kFp8) {
       if (p.scale_mode_a == kScaleBlock) {
-        if constexpr (kBN == kPart) {
-          consume_block_overlapped(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles,
-                                   num_units);
-        } else {
-          consume_block_scaled(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles,
-                               num_units);
-        }
-        finish_stores();
-        return;
+        consume<kBlock>(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles, num_units);
+      } else if (p.flags & kFastAccum) {
+        consume<kDirect>(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles,
+                         num_units);
+      } else {
+        consume<kPromote>(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles,
+                          num_units);
       }
+    } else {
+      consume<kDirect>(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles, num_units);
     }
-    consume(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles, num_units);
     finish_stores();
   }
 };

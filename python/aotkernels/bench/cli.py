@@ -82,7 +82,9 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--reps", type=int, default=50, help="gemm: timed calls per round (2 rounds)")
     ap.add_argument(
-        "--fast-accum", action="store_true", help="gemm: use_fast_accum=True for _scaled_mm"
+        "--fast-accum",
+        action="store_true",
+        help="gemm: fp8 with use_fast_accum=True on both sides (default: False on both)",
     )
     return ap
 

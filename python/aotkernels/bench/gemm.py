@@ -1,6 +1,7 @@
 """``bench gemm``: ak.matmul (bf16, f16; b K-major as nn.Linear's W.t() and b row-major) beside
 torch.matmul (cuBLAS), ak.scaled_mm fp8 e4m3 (per-tensor, per-row/col and DeepSeek block scales)
-beside torch._scaled_mm, int8 beside torch._int_mm; square {1024..8192}^3 and LLM layers
+beside torch._scaled_mm (both with the same ``use_fast_accum``: False, two-level accumulation,
+unless ``--fast-accum``), int8 beside torch._int_mm; square {1024..8192}^3 and LLM layers
 M {16, 128, 1024, 8192} x (N, K) {(4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192)};
 TFLOP/s (2*M*N*K), ratio, goal.
 
@@ -137,7 +138,8 @@ def _fp8_scales(torch: Any, mode: str, shape: GemmShape) -> tuple[Any, Any, Any,
 def _fp8_cases(
     torch: Any, ak: Any, shape: GemmShape, modes: Sequence[str], fast_accum: bool
 ) -> list[GemmCase]:
-    """fp8 e4m3, a row-major, b column-major, out bf16: ``ak.scaled_mm`` vs ``_scaled_mm``."""
+    """fp8 e4m3, a row-major, b column-major, out bf16: ``ak.scaled_mm`` vs ``_scaled_mm``, both
+    with ``use_fast_accum=fast_accum`` (block scales: no effect on ours)."""
     f8, out = torch.float8_e4m3fn, torch.bfloat16
     m, n, k = shape.m, shape.n, shape.k
     sets = _sets(shape, 1)
@@ -145,7 +147,7 @@ def _fp8_cases(
     b = [torch.randn(n, k, device="cuda").to(f8).t() for _ in range(sets)]
 
     def ours(x: Any, y: Any, sa: Any, sb: Any) -> Any:
-        return ak.scaled_mm(x, y, sa, sb, out_dtype=out)
+        return ak.scaled_mm(x, y, sa, sb, out_dtype=out, use_fast_accum=fast_accum)
 
     def anchor(x: Any, y: Any, sa: Any, sb: Any) -> Any:
         return torch._scaled_mm(
@@ -219,6 +221,8 @@ def run(args: argparse.Namespace) -> list[Row]:
             if dtype == "int8" and shape.m < INT8_MIN_M:
                 shape = shape._replace(m=INT8_MIN_M)
                 note = f"M={INT8_MIN_M} for int8: torch._int_mm needs M > 16"
+            if dtype == "fp8":
+                note = "use_fast_accum=True" if args.fast_accum else "use_fast_accum=False"
             cases = _cases(torch, ak, args, dtype, shape, "square" in kinds)
             rows += [_row(dtype, shape, c, args.reps, note) for c in cases]
             cases.clear()
