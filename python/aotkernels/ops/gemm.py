@@ -57,10 +57,11 @@ sums each 128-wide block of K (one pipeline stage) in fresh registers and adds i
 accumulators, as block scales do. Measured on an H100 (2026-11-28, K = 16384, f32 out, max error
 over max |f64 reference|): positive operands in [1, 2) 3.8e-5 (cuBLAS without fast accumulation:
 the same), 0.29 with direct accumulation (cuBLAS fast accumulation: the same); Gaussian operands
-1.1e-4 vs 7.0e-3. Promoting every 256 K instead was 4 % faster on 128x256 tiles (4096³:
-1369 vs 1311 TFLOP/s) with 30 times the error (1.2e-3). Two-level costs 5-8 % on large shapes
-(4096³ per-tensor: 1306 vs 1412 TFLOP/s) and up to 17 % at M = 16. The H100's mma.sync path
-(forced) gave 0 and 1.4e-6 in both modes: it runs the same code for both.
+1.1e-4 vs 7.0e-3. Promoting every 256 K instead was about 4 % faster on 128x256 tiles (4096³:
+1369 vs 1311 TFLOP/s) with 30 times the error (1.2e-3). Two-level costs 1-6 % on large shapes
+(4096³ per-tensor: 1347 vs 1406 TFLOP/s, 8192³ 1405 vs 1422) and up to 22 % at M = 16
+(16x4096x4096: 28 vs 36). The H100's mma.sync path (forced) gave 0 and 1.4e-6 in both modes: it
+runs the same code for both.
 
 "TMA-legal": K >= 1, M, N and K below 2**31 (TMA coordinates are 32-bit), both operands
 16-byte aligned with a row stride that is a multiple of 16 bytes (and at least the row), and
