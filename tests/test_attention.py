@@ -643,6 +643,16 @@ def test_fa3_variant_by_head_dim(d: int, variant: str) -> None:
         assert sms.grid == (48, 1, 1)  # persistent: at most one CTA per SM
 
 
+def test_fa3_varlen_grid_one_cta_per_unit() -> None:
+    """Varlen units differ in size with the batch's lengths: one CTA per unit (the hardware
+    hands the next one to whichever SM frees first), not the dense calls' persistent grid."""
+    vq, cu = Meta((5000, 8, 128), (1024, 128, 1), "f16", 16), Meta((5,), (1,), "int32", 16)
+    p = validate_varlen(vq, vq, vq, cu, cu, 1000, 1000, False, None, None, None, False)
+    cfg = configure(p, vq.strides, FA3_TILES, sms=48)
+    # 8 query tiles of 128 rows: 4 pairs, for each of 8 heads and 4 sequences
+    assert cfg.tile.name == "fa3_d128" and cfg.grid == (4 * 8 * 4, 1, 1)
+
+
 @pytest.mark.parametrize(
     ("d", "sk", "variant"),
     [

@@ -3,8 +3,9 @@
 // causal / windows, softcap, LSE); paged KV and split-KV decode stay on the FA2 path (the op
 // layer never picks this one for them).
 //
-// A persistent grid (at most one CTA per SM, each walking a static list of query tiles of
-// bm = 128 rows: for_each_tile), 3 warpgroups:
+// Each CTA walks a static list of query tiles of bm = 128 rows (for_each_tile): for dense calls
+// the grid is persistent (at most one CTA per SM), for varlen ones it has one CTA per work unit
+// (the op layer decides: the units of a mixed batch differ in size); 3 warpgroups:
 //   warpgroup 0   producer: one thread issues the TMA boxes (setmaxnreg.dec: it needs almost no
 //                 registers): per query tile Q, then K and V of each key tile into a ring of
 //                 `stages` buffers that runs on across tiles (the next tile's K / V land while
@@ -186,7 +187,7 @@ struct Fwd {
     return w;
   }
 
-  // The persistent schedule, the same for every warpgroup of a CTA: work unit u (CTA x, then
+  // The schedule, the same for every warpgroup of a CTA: work unit u (CTA x, then
   // x + gridDim.x, ...) is the pair of query tiles mb and M - 1 - mb of one (head, sequence),
   // the later tile first. A causal pair holds M + 1 key tiles whatever mb is, so the static
   // round-robin stays balanced; consecutive units share a head, so the CTAs in flight read the

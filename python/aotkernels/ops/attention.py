@@ -517,8 +517,8 @@ def configure(
     sms: int | None = None,
 ) -> Config:
     """The launch of a validated problem: ``out`` the output's strides (in elements); ``sms``
-    the device's SM count (fa3's persistent grid: at most one CTA per SM; None: one per work
-    unit)."""
+    the device's SM count (fa3's persistent grid for dense calls: at most one CTA per SM; None,
+    and every varlen call: one per work unit)."""
     if fa3_refusal(p) is not None:
         tiles = [t for t in tiles if t.path != "fa3"]
     tile = _pick(p.op, tiles, p.d, p.dtype, where, p.sk)
@@ -552,8 +552,13 @@ def configure(
     }  # fmt: skip
     grid = (m_blocks, slots, p.batch * p.splits)
     if tile.path == "fa3":
+        # Dense: persistent, at most one CTA per SM walking the units round-robin (their sizes
+        # are equal, or pair up under causal masks). Varlen: the units of a mixed batch differ
+        # in size and a static deal balances them badly, so one CTA per unit and the hardware
+        # hands the next unit to whichever SM frees first.
         units = fa3_units(p, tile.bm)
-        grid = (min(units, sms or _MAX_GRID_X), 1, 1)
+        varlen = bool(p.flags & _flag("varlen"))
+        grid = (units if varlen else min(units, sms or _MAX_GRID_X), 1, 1)
     # attn_combine: one CTA of combine_warps warps per output row.
     combine_block = 32 * int(_loader.constants(FAMILY)["combine_warps"])
     return Config(
