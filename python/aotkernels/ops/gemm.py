@@ -48,8 +48,33 @@ Split-K pays only while one row of tiles streams a long K: M <= 64, at least 96 
 bytes of K per split (bf16 16x4096x14336: 38 vs 34 TFLOP/s with 2 splits; with 64 or 128
 stages in all, 16x4096x4096 and 16x8192x8192, one split is 6-20 % faster: the f32 partials
 and the second launch outweigh the extra CTAs), as many splits as fill 132 CTAs
-(``_split_k``; at most 16). Every rule is a function of the shape and the SM count, so the
-choice is deterministic and needs no tuning cache.
+(``_split_k``; at most 16). fp8 16x4096x14336 (112 stages) stays whole: 1, 2, 3 and 4 splits
+ran at 60.5, 60.5, 58.8 and 59.7 TFLOP/s (H100, 2026-11-28, one run; ``torch._scaled_mm``
+65.2). Every rule is a function of the shape and the SM count, so the choice is deterministic
+and needs no tuning cache.
+
+Thread-block clusters (a variant's ``cluster`` in arch_matrix.toml): ``wg_128x256c2`` runs
+two CTAs on vertically neighbouring 128 x 256 tiles that multicast their shared B tile, so B
+leaves L2 once per pair. The table does not pick it: forced beside the one-CTA tiles in one run
+(H100 SXM, 2026-11-28, TFLOP/s, b K-major, bf16 out; run-to-run noise is about 3 %) it is no
+faster, and with it in the table the bench ran 0.98x (geomean of the 34 bf16 / fp8 rows it
+took, 0.92-1.08x per row) of the same build without it, int8 0.92-0.99x. A 2-CTA 128 x 128
+tile, measured the same way, was 0.92-1.14x of ``wg_128x128`` and 0.98x where the table picks
+that tile (bf16 1024x14336x4096): it was not kept.
+
+=========================  =======  =========  =======
+M x N x K                  128x256  128x256c2  cuBLAS
+=========================  =======  =========  =======
+bf16 4096^3                770      761        790
+bf16 8192^3                696      678        789
+bf16 8192x4096x4096        751      653        788
+bf16 1024x4096x14336       802      753        807
+fp8 4096^3                 1399     1377       1344
+fp8 8192^3                 1293     1300       1435
+fp8 1024x8192x8192         1477     1454       1378
+int8 8192^3                1367     1385       982
+fp8 block 8192^3           1021     1084       1316
+=========================  =======  =========  =======
 
 "TMA-legal": K >= 1, M, N and K below 2**31 (TMA coordinates are 32-bit), both operands
 16-byte aligned with a row stride that is a multiple of 16 bytes (and at least the row), and
@@ -371,11 +396,13 @@ def _tensor_maps(
     v = fam.variants[pick.variant]
     item = ITEMSIZE[a.dtype]
     bk = int(v["k_bytes"]) // item
+    # A cluster's CTAs each load one slice of their shared K-major B tile (a narrower box).
+    b_rows = int(v["bn"]) // int(v.get("cluster", 1))
     box_inner = 128 // item
     maps = []
     for name, info, ld, outer_extent, tile, k_major, fold in (
         ("a", a, la.ld, m, int(v["bm"]), la.major == "k", folds[0]),
-        ("b", b, lb.ld, n, int(v["bn"]), lb.major == "k", folds[1]),
+        ("b", b, lb.ld, n, b_rows, lb.major == "k", folds[1]),
     ):
         inner, outer = (k, outer_extent) if k_major else (outer_extent, k)
         outer += fold
@@ -621,9 +648,11 @@ def _launch(a: Args) -> list[Launch]:
     split = _split_k(p.entry_dtype, p.m, p.n, k, p.batch)
     if pick.path != "wgmma":
         split = _Split(1, 0)  # the workspace goes unused
+    cluster = int(v.get("cluster", 1))
     if pick.path != "mma_sync":
-        tiles = bt.n * math.ceil(m / bm_tile) * math.ceil(n / bn_tile)
-        grid = (min(tiles * split.splits, fam.device.sm_count), 1, 1)
+        # Persistent: a whole number of clusters, tile rows rounded up to whole cluster tiles.
+        tiles = bt.n * _tiles(1, m, n, bm_tile * cluster, bn_tile) * cluster
+        grid = (min(tiles * split.splits, fam.device.sm_count // cluster * cluster), 1, 1)
     # The wgmma epilogue stores 16-bit outputs through TMA where d is one TMA-legal matrix (not
     # with split-K: the splits' partials are f32).
     tma_store = (
@@ -659,6 +688,7 @@ def _launch(a: Args) -> list[Launch]:
         # The same entry sums the partials in split order and runs the epilogue.
         groups = m * math.ceil(n / 4)  # a thread sums 4 columns at a time
         blocks = min(math.ceil(groups / threads), fam.device.sm_count)
+        blocks = -(-blocks // cluster) * cluster  # the entry's compiled-in cluster size
         reduce = {**args, "flags": flags | bit["split_reduce"]}
         # The main launch's shared memory: a launch asking less would make the SMs re-split their
         # L1 / shared memory between the two kernels (on every call).
