@@ -44,14 +44,28 @@ fp8 block 128x4096x4096    273     219    197     125      247      64x64
 fp8 block 8192^3           497     639    957     990      1299     128x256
 =========================  ======  =====  ======  =======  =======  =====================
 
-Split-K pays only while one row of tiles streams a long K: M <= 64, at least 96 stages of 128
-bytes of K per split (bf16 16x4096x14336: 38 vs 34 TFLOP/s with 2 splits; with 64 or 128
-stages in all, 16x4096x4096 and 16x8192x8192, one split is 6-20 % faster: the f32 partials
-and the second launch outweigh the extra CTAs), as many splits as fill 132 CTAs
-(``_split_k``; at most 16). fp8 16x4096x14336 (112 stages) stays whole: 1, 2, 3 and 4 splits
-ran at 60.5, 60.5, 58.8 and 59.7 TFLOP/s (H100, 2026-11-28, one run; ``torch._scaled_mm``
-65.2). Every rule is a function of the shape and the SM count, so the choice is deterministic
-and needs no tuning cache.
+Split-K pays only while one row of tiles streams a long K: M <= 64, at least 48 stages of 128
+bytes of K per split, as many splits as fill half of 132 CTAs (``_split_k``; at most 16).
+Measured on an H100 (2026-11-28, ``wg_64x128`` forced with 1 to 4 splits, TFLOP/s of two runs;
+run-to-run noise reaches 10 % on these 15-35 us calls; one bf16 sample of run 2 was disturbed):
+
+=========================  ===========  ===========  ===========  ===========  =====
+M x N x K (stages)         1 split      2            3            4            table
+=========================  ===========  ===========  ===========  ===========  =====
+fp8 16x4096x14336 (112)    60.5, 54.7   60.5, 61.5   58.8, 59.2   59.7, 59.6   2
+fp8 64x4096x14336 (112)    250.9        228.8        219.2        222.7        2
+fp8 16x4096x4096 (32)      39.7, 37.6   31.6, 33.5   32.0, 33.3   32.8, 33.9   1
+fp8 16x8192x8192 (64)      70.9, 72.6   63.5, 64.7   61.7, 60.7   62.0, 62.2   1
+bf16 16x4096x14336 (224)   34.4         37.5         36.7         37.1         2
+bf16 16x8192x8192 (128)    40.5, 41.8   38.3, 38.3   37.4, 36.7   37.4, 37.1   1
+bf16 16x4096x4096 (64)     26.3, 24.1   23.8, 24.9   23.8, 24.2   24.1, 24.8   1
+=========================  ===========  ===========  ===========  ===========  =====
+
+Two splits of 56 stages pay at M = 16 (fp8 16x4096x14336; ``torch._scaled_mm`` 65-67), splits
+of 32 stages or fewer do not, and splits that take the grid past half the SMs (64 tiles in 2, 32
+tiles in 3 or 4) are no faster than fewer. The one M = 64 sample (run 1) ran faster unsplit.
+Every rule is a function of the shape and the SM count, so the choice is deterministic and needs
+no tuning cache.
 
 Thread-block clusters (a variant's ``cluster`` in arch_matrix.toml): ``wg_128x256c2`` runs
 two CTAs on vertically neighbouring 128 x 256 tiles that multicast their shared B tile, so B
@@ -270,11 +284,11 @@ def _pick(
     )
 
 
-# Split-K (wgmma path, tile table): the CTAs it aims to fill (an H100 / H200's SM count; the
-# workspace shape must not depend on the device, see _split_k), the fewest 128-byte K stages per
-# split, the most splits, and the most rows (one tile row of wg_64x128).
+# Split-K (wgmma path, tile table): the CTAs whose half it fills at most (an H100 / H200's SM
+# count; the workspace shape must not depend on the device, see _split_k), the fewest 128-byte K
+# stages per split, the most splits, and the most rows (one tile row of wg_64x128).
 _SPLIT_CTAS = 132
-_SPLIT_MIN_STAGES = 96
+_SPLIT_MIN_STAGES = 48
 _SPLIT_MAX = 16
 _SPLIT_MAX_M = 64
 
@@ -290,14 +304,16 @@ class _Split(NamedTuple):
 
 def _split_k(dtype: str, m: int, n: int, k: int, batch: tuple[int, ...]) -> _Split:
     """Split-K for one matrix of at most 64 rows (one row of ``wg_64x128`` tiles; the tile
-    table): as many splits as fill ``_SPLIT_CTAS`` CTAs, each at least ``_SPLIT_MIN_STAGES``
-    stages of 128 bytes of K. A function of the shape only (not of the GPU), so that the
-    workspace shape is known without a device (torch's fake tensors); int8 (exact s32 sums) and
-    batches do not split. Splits start on 128-element K blocks (the fp8 scale blocks)."""
+    table): as many splits as fill half of ``_SPLIT_CTAS`` CTAs, each at least
+    ``_SPLIT_MIN_STAGES`` stages of 128 bytes of K. A function of the shape only (not of the
+    GPU), so that the workspace shape is known without a device (torch's fake tensors); int8
+    (exact s32 sums) and batches do not split. Splits start on 128-element K blocks (the fp8
+    scale blocks)."""
     if m > _SPLIT_MAX_M or math.prod(batch) > 1 or split_dtype(dtype)[0] == "int8" or not n:
         return _Split(1, 0)
     stages = math.ceil(k * ITEMSIZE[split_dtype(dtype)[0]] / 128)
-    splits = min(_SPLIT_CTAS // math.ceil(n / 128), stages // _SPLIT_MIN_STAGES, _SPLIT_MAX)
+    tiles = math.ceil(n / 128)
+    splits = min(_SPLIT_CTAS // (2 * tiles), stages // _SPLIT_MIN_STAGES, _SPLIT_MAX)
     if m == 0 or splits < 2:
         return _Split(1, 0)
     block = int(_loader.constants(FAMILY)["scale_block_k"])
