@@ -93,14 +93,16 @@ def test_sm90a_image_picks_wgmma(picks: list[Any]) -> None:
     fam = loader.family_on("gemm", 0)
     assert fam.binary_version == 90 and fam.choice.target == "sm_90a"
     gen = generator(4096)
+    tile = gemm._wgmma_tile(4096, 4096, 1, fam.device.sm_count, False)
+    assert tile.startswith("wg_128x256")
     for layout in LAYOUTS:
         a, b, av, bv = int_operands(4096, 4096, 4096, "bfloat16", layout, "dense", gen)
         y = ak.matmul(a, b)
-        assert picks[-1].symbol == f"ak_matmul_bf16_wg_128x256_{layout}", picks[-1]
+        assert picks[-1].symbol == f"ak_matmul_bf16_{tile}_{layout}", picks[-1]
         assert torch.equal(y, rounded_once(exact_product(av, bv), torch.bfloat16))
     a, b, av, bv = int_operands(4096, 4096, 4096, "float8_e4m3fn", "kk", "dense", gen)
     y = ak.scaled_mm(a, b, out_dtype=torch.bfloat16)
-    assert picks[-1].symbol == "ak_scaled_mm_fp8_e4m3_wg_128x256_kk"
+    assert picks[-1].symbol == f"ak_scaled_mm_fp8_e4m3_{tile}_kk"
     assert torch.equal(y, rounded_once(exact_product(av, bv), torch.bfloat16))
 
 
@@ -658,6 +660,19 @@ def test_mixed_fp8_exact_and_random(
 
 # --- every sm_90a tile ----------------------------------------------------------------------------
 
+
+def _force_tile(monkeypatch: pytest.MonkeyPatch, real: Any, tile: str) -> None:
+    """Run every wgmma call on ``tile`` (the table's split-K choice kept)."""
+
+    def forced(*args: Any, **kwargs: Any) -> Any:
+        pick = real(*args, **kwargs)
+        name = pick.symbol.replace(f"_{pick.variant}_", f"_{tile}_")
+        return gemm._Pick(name, tile, "wgmma")
+
+    monkeypatch.setattr(gemm, "_pick", forced)
+    monkeypatch.setattr(_op, "_PLANS", {})
+
+
 # (dtype, layout, scale kind, bias, shape): ragged edges in every dim; the shapes of M = 64 are
 # split along K by the table (the last split and stage partial), (130, 300, 1000) spans tile rows.
 VARIANT_CASES = [
@@ -694,20 +709,50 @@ def test_every_wgmma_tile_exact(
     ref = rounded_once(scaled_mm_ref(av, bv, sa, sb, bias_v), torch_dtype(out))
     real = gemm._pick
     for tile in tiles:
-
-        def forced(*args: Any, tile: str = tile, **kwargs: Any) -> Any:
-            pick = real(*args, **kwargs)
-            name = pick.symbol.replace(f"_{pick.variant}_", f"_{tile}_")
-            return gemm._Pick(name, tile, "wgmma")
-
-        monkeypatch.setattr(gemm, "_pick", forced)
-        monkeypatch.setattr(_op, "_PLANS", {})
+        _force_tile(monkeypatch, real, tile)
         if dtype in ("bfloat16", "float16"):
             assert torch.equal(ak.matmul(a, b, out, bias=bias_v), ref), tile
             continue
         for fast in (False, True):  # no effect on int8 and block scales; fp8: both loops
             y = ak.scaled_mm(a, b, sa, sb, out, bias_v, use_fast_accum=fast)
             assert torch.equal(y, ref), (tile, fast)
+
+
+# Cluster tiles: tile rows that do not fill the last cluster (1, 3 and 5 rows of 128), several
+# matrices (each one's rows padded to whole clusters), B N-major and K-major (TMA-legal shapes:
+# a batched N-major b needs K a multiple of the 64-element stage).
+CLUSTER_CASES = [((1, 100, 72, 200), "kk"), ((3, 384, 304, 128), "kn"), ((2, 640, 520, 72), "kk")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("shape", "layout"), CLUSTER_CASES)
+def test_cluster_tiles_batched_and_repeatable(
+    monkeypatch: pytest.MonkeyPatch, shape: tuple[int, int, int, int], layout: str
+) -> None:
+    """Each clustered wgmma variant, forced: batched small integers exact, and random values
+    bitwise the same on every run (the cluster's CTAs share B stages, not partial sums)."""
+    import torch
+
+    need_sm90a()
+    batch, m, n, k = shape
+    fam = loader.family_on("gemm", 0)
+    tiles = sorted(v for v, i in fam.variants.items() if i["path"] == "wgmma" and i["cluster"] > 1)
+    assert tiles
+    gen = generator(*shape, 17)
+    a = small_ints((batch, m, k), "bfloat16", gen)
+    b = small_ints((batch, n, k), "bfloat16", gen).mT
+    if layout == "kn":
+        b = b.contiguous()
+    ref = torch.matmul(a.double(), b.double()).float().to(torch.bfloat16)
+    ra = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
+    rb = torch.randn(n, k, device="cuda", generator=gen).to(torch.bfloat16).t()
+    real = gemm._pick
+    for tile in tiles:
+        _force_tile(monkeypatch, real, tile)
+        assert torch.equal(ak.matmul(a, b), ref), tile
+        first = ak.matmul(ra, rb)
+        for _ in range(3):
+            assert torch.equal(ak.matmul(ra, rb), first), tile
 
 
 # --- the caller's stream --------------------------------------------------------------------------

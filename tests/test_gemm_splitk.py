@@ -22,7 +22,7 @@ from aotkernels.ops import gemm
 from helpers.gemm import generator, need_sm90a, poisoned
 from helpers.reference import scaled_mm_ref
 
-# Shapes the table splits (M <= 64, few 64 x 128 tiles, K of at least 192 stages of 128 bytes),
+# Shapes the table splits (M <= 64, few 64 x 128 tiles, K of at least 96 stages of 128 bytes),
 # with ragged edges: M below 64, N not a multiple of 4 (the workspace's padding columns), K not a
 # multiple of the split (a shorter last split) nor of 128 (a partial last stage).
 SPLIT_SHAPES = [(16, 4096, 14336), (7, 1000, 12500), (64, 257, 16400)]
@@ -33,17 +33,19 @@ FP8_SPLIT_SHAPES = [(16, 4096, 28672), (7, 1000, 24700)]
     ("dtype", "m", "n", "k", "batch", "want"),
     [
         ("bf16", 16, 4096, 4096, (), (1, 0)),  # 64 stages of K: measured faster unsplit
-        ("bf16", 16, 4096, 14336, (), (2, 7168)),  # 224 stages: 2 splits of at least 96
+        ("bf16", 16, 4096, 14336, (), (2, 7168)),  # 224 stages: 2 splits of at least 48
         ("bf16", 64, 4096, 14336, (), (2, 7168)),
-        ("bf16", 16, 4096, 57344, (), (4, 14336)),  # 32 tiles: 4 splits fill 128 CTAs
+        ("bf16", 16, 4096, 57344, (), (2, 28672)),  # 32 tiles: 2 splits fill half of 132 SMs
+        ("bf16", 16, 8192, 8192, (), (1, 0)),  # 64 tiles: a split would pass half the SMs
         ("bf16", 65, 4096, 14336, (), (1, 0)),  # two tile rows: splitting measured slower
         ("bf16", 128, 4096, 4096, (), (1, 0)),
         ("fp8_e4m3", 16, 8192, 8192, (), (1, 0)),  # 64 stages of K (1-byte elements)
-        ("fp8_e4m3", 16, 4096, 14336, (), (1, 0)),
+        ("fp8_e4m3", 16, 4096, 14336, (), (2, 7168)),  # 112 stages: 2 splits of 56
+        ("fp8_e4m3", 16, 4096, 12160, (), (1, 0)),  # 95 stages
         ("fp8_e4m3", 16, 4096, 28672, (), (2, 14336)),
         ("bf16", 16, 14336, 4096, (), (1, 0)),  # 112 tiles: a wave already
         ("bf16", 16, 4096, 2048, (), (1, 0)),  # 32 stages
-        ("bf16", 16, 256, 12300, (), (2, 6272)),  # 193 stages, the last K block partial
+        ("bf16", 16, 256, 12300, (), (4, 3200)),  # 193 stages, the last K block partial
         ("int8", 32, 4096, 4096, (), (1, 0)),  # exact s32 sums: never split
         ("bf16", 16, 4096, 4096, (3,), (1, 0)),  # batches: never split
         ("bf16", 16, 4096, 14336, (1,), (2, 7168)),

@@ -13,6 +13,7 @@ import pytest
 
 import aotkernels as ak
 from aotkernels.errors import NoKernelImageError
+from aotkernels.ops import gemm
 from helpers.fake_dlpack import FakeCudaArray
 from helpers.gemm import (
     A_PTR,
@@ -203,6 +204,26 @@ def test_packed_tensor_maps(fake_gpu: FakeGpu) -> None:
     assert a_map == map2(128, 1, 0, k, m, k, 128, 128)
     assert b_map == map2(256, 2, 0, k, n, k, 128, 256)
     assert fake_gpu.last.fields["out_dtype"] == 1
+
+
+def test_cluster_launch(fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clustered variant launches whole clusters over tile rows rounded up to whole clusters,
+    and its K-major b map boxes one CTA's slice of the B tile (N-major boxes are unchanged)."""
+    tile = "wg_128x256c2"
+    monkeypatch.setattr(gemm, "_wgmma_tile", lambda *args: tile)
+    ak.matmul(*_bf16(300, 1000, 512, "kk"))  # 3 tile rows: 2 cluster rows x 4 tile columns
+    launch = fake_gpu.last
+    assert launch.symbol == f"ak_matmul_bf16_{tile}_kk" and launch.grid == (16, 1, 1)
+    assert launch.tmaps[1] == map2(256, 2, 9, 512, 1000, 1024, 64, 128)
+    ak.matmul(*_bf16(300, 1000, 512, "kn"))
+    assert fake_gpu.last.tmaps[1] == map2(256, 2, 9, 1000, 512, 2000, 64, 64)
+    fake_gpu.use("sm_90a", 133)  # an odd SM count: the persistent grid holds whole clusters
+    ak.matmul(*_bf16(8192, 8192, 512, "kk"))
+    assert fake_gpu.last.grid == (132, 1, 1)
+    ak.matmul(*_bf16(16, 4096, 14336, "kk"))  # split-K: the reduction launch too
+    main, reduce = fake_gpu.launches[-2:]
+    assert main.grid == (64, 1, 1)  # 1 cluster row x 16 tile columns x 2 splits
+    assert reduce.grid == (44, 1, 1)  # 16 x 4096 / 4 / 384 threads = 43 blocks, rounded up
 
 
 @pytest.mark.parametrize(

@@ -516,6 +516,8 @@ def test_gemm_entries_source_guards_each_entry(matrix: Matrix, tmp_path: Path) -
         "ak_gemm_v_wg_128x256_kn)\n#endif"
     )
     assert wg in src
+    # Clustered variants instantiate through the path's cluster macro.
+    assert "AK_ENTRY_WGMMA_CLUSTER(ak_matmul_bf16_wg_128x256c2_kk, matmul, __nv_bfloat16, " in src
     # An entry every image holds is not guarded.
     unguarded = "AK_ENTRY_MMA_SYNC(ak_matmul_f16_mma_64x64, matmul, __half, ak_gemm_v_mma_64x64)"
     assert f"\n{unguarded}\n" in src

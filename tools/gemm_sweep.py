@@ -5,8 +5,12 @@ The data behind the tile table in python/aotkernels/ops/gemm.py. Each shape runs
 table picks it, beside the anchor (torch.matmul / torch._scaled_mm). Prints one line per shape and
 writes the TFLOP/s as JSON.
 
-    python3 tools/gemm_sweep.py [--dtypes bf16,fp8,fp8rowcol,fp8block] [--set small|all]
+    python3 tools/gemm_sweep.py [--dtypes bf16,fp8,fp8rowcol,fp8block,int8] [--set small|all]
+                                [--shapes MxNxK,...] [--variants V,...] [--splits S,...]
                                 [--json out.json]
+
+``--shapes`` replaces the set's shapes, ``--variants`` / ``--splits`` the candidates (int8 and
+the fp8 row/column and block scales never split).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 SMALL_M = (16, 128)
 LLM_NK = ((4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192))
 SPLITS = (1, 2, 3, 4, 6, 8)
-VARIANTS = ("wg_64x64", "wg_64x128", "wg_128x128", "wg_128x256")
+VARIANTS = ("wg_64x64", "wg_64x128", "wg_128x128", "wg_128x256", "wg_128x256c2")
 # fp8 with per-row/column or block scales: the large shapes their epilogue / main loop decide.
 LARGE = ((1024, 4096, 4096), (1024, 8192, 8192), (4096, 4096, 4096), (8192, 8192, 8192))
 
@@ -36,10 +40,13 @@ def shapes(dtype: str, which: str) -> list[tuple[int, int, int]]:
     return out
 
 
-def candidates(m: int, n: int) -> list[tuple[str, int]]:
+def candidates(
+    m: int, n: int, variants: tuple[str, ...] = VARIANTS, splits: tuple[int, ...] | None = None
+) -> list[tuple[str, int]]:
     """(variant, splits) to force: every split count for M <= 128, 2 splits for few tiles."""
-    splits = SPLITS if m <= 128 else (1, 2) if m * n <= 2048 * 2048 else (1,)
-    return [(v, s) for v in VARIANTS for s in splits]
+    if splits is None:
+        splits = SPLITS if m <= 128 else (1, 2) if m * n <= 2048 * 2048 else (1,)
+    return [(v, s) for v in variants for s in splits]
 
 
 def main() -> None:
@@ -48,7 +55,15 @@ def main() -> None:
     ap.add_argument("--set", default="small", choices=("small", "all"))
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--shapes", default=None, help="MxNxK,... instead of the set's shapes")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--splits", default=None, help="split counts to force (default: by shape)")
     args = ap.parse_args()
+    variants = tuple(args.variants.split(","))
+    splits = tuple(int(x) for x in args.splits.split(",")) if args.splits else None
+    given = None
+    if args.shapes:
+        given = [tuple(int(x) for x in sh.split("x")) for sh in args.shapes.split(",")]
 
     import torch
 
@@ -87,7 +102,7 @@ def main() -> None:
 
     results = []
     for dt in args.dtypes.split(","):
-        for m, n, k in shapes(dt, args.set):
+        for m, n, k in given or shapes(dt, args.set):
             item = 2 if dt in ("bf16", "f16") else 1
             sets = input_sets((m + n) * k * item, 64)
             if dt in ("bf16", "f16"):
@@ -96,6 +111,17 @@ def main() -> None:
                 b = [torch.randn(n, k, device="cuda", dtype=tdt).t() for _ in range(sets)]
                 ours = rotate(ak.matmul, a, b)
                 anchor = rotate(torch.matmul, a, b)
+            elif dt == "int8":
+                a = [torch.randint(-8, 8, (m, k), device="cuda", dtype=torch.int8)
+                     for _ in range(sets)]  # fmt: skip
+                b = [torch.randint(-8, 8, (n, k), device="cuda", dtype=torch.int8).t()
+                     for _ in range(sets)]  # fmt: skip
+
+                def ours_int8(x: Any, y: Any) -> Any:
+                    return ak.scaled_mm(x, y, out_dtype=torch.int32)
+
+                ours = rotate(ours_int8, a, b)
+                anchor = rotate(torch._int_mm, a, b)
             else:
                 f8 = torch.float8_e4m3fn
                 a = [torch.randn(m, k, device="cuda").to(f8) for _ in range(sets)]
@@ -120,8 +146,8 @@ def main() -> None:
             except RuntimeError as e:
                 row["TFLOPS"]["anchor"] = None
                 print(f"anchor failed: {e}", file=sys.stderr)
-            for v, s in candidates(m, n):
-                if dt in ("fp8rowcol", "fp8block") and s > 1:
+            for v, s in candidates(m, n, variants, splits):
+                if dt in ("fp8rowcol", "fp8block", "int8") and s > 1:
                     continue
                 force(v, s)
                 try:

@@ -19,6 +19,15 @@
 // ak::gemm::epilogue2 / epilogue2_s32 (bounds-checked coalesced stores). The producer meanwhile
 // prefetches the next tile's stages.
 //
+// Clusters (V::cluster = 2, compiled in with __cluster_dims__, so a plain launch whose grid is a
+// multiple of the cluster runs them): the CTAs of a cluster take vertically neighbouring tiles
+// that share their B tile. Each CTA loads its own A and one slice of the B tile, multicast into
+// the same stage of every CTA of the cluster, so B is read from L2 once per cluster. A stage is
+// refilled only once every consumer warp of every CTA has released it (each warp arrives on the
+// empty barrier of each CTA); the walk is over cluster tiles, so all CTAs of a cluster run the
+// same stages in the same order, and a producer waits for the peers' last releases before it
+// exits (they arrive on its barriers).
+//
 // Split-K (p.splits > 1, chosen by the host for few-tile problems): the walk covers splits x tiles
 // units, each a tile's K range [s * k_split, (s + 1) * k_split); a unit writes its raw f32
 // partials to the workspace straight from registers, and a second launch of the same entry
@@ -135,6 +144,7 @@ struct Kernel {
   static constexpr int kBK = V::k_bytes / sizeof(T);  // K per stage
   static constexpr int kKSteps = V::k_bytes / 32;     // wgmmas per stage (32 bytes of K each)
   static constexpr int kConsumers = V::threads / 128 - 1;
+  static constexpr int kCluster = V::cluster;
   static constexpr int kBoxBytes = 64 * 128;  // one 64-row (or 64 x 128 B MN) swizzled box
   static constexpr int kABytes = kBM * 128, kBBytes = kBN * 128;
   static constexpr int kStageBytes = kABytes + kBBytes;
@@ -169,6 +179,8 @@ struct Kernel {
   static_assert(sizeof(T) == 2 || (!V::a_mmajor && V::b_kmajor), "8-bit operands are K-major");
   static_assert(kSmemUsed <= V::smem, "pipeline does not fit the variant's shared memory");
   static_assert(kConsumers * 128 * kConsumerRegs + 128 * kProducerRegs <= 65536);
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs along M");
+  static_assert(kGroupM % kCluster == 0 && (kBN / 64) % kCluster == 0, "whole B slices per CTA");
 
   using Acc = AccT<T>;
   using Pair = std::conditional_t<kInt8, int2, float2>;
@@ -196,17 +208,22 @@ struct Kernel {
     float col_s[kBN / 32], col_b[kBN / 32];
   };
 
-  // Matrix by matrix; inside one, grouped order: kGroupM tile rows are walked column by column,
-  // so concurrently running CTAs cover a compact block of the output.
+  // Matrix by matrix; inside one, grouped order over cluster tiles (kCluster tiles stacked along
+  // M): kGroupM tile rows are walked column by column, so concurrently running CTAs cover a
+  // compact block of the output. Tile index i is CTA i % kCluster's part of cluster tile
+  // i / kCluster; tiles_m is a multiple of kCluster (tiles past M are computed, never stored).
   static __device__ __forceinline__ Tile tile_at(int64_t tile, int64_t tiles_m, int64_t tiles_n) {
-    const int64_t per_matrix = tiles_m * tiles_n;
+    constexpr int kGroup = kGroupM / kCluster;
+    const int64_t rank = tile % kCluster, rows = tiles_m / kCluster;
+    tile /= kCluster;
+    const int64_t per_matrix = rows * tiles_n;
     const int64_t z = tile / per_matrix;
     tile -= z * per_matrix;
-    const int64_t group_tiles = kGroupM * tiles_n;
-    const int64_t first_m = tile / group_tiles * kGroupM;
-    const int64_t group_m = min(tiles_m - first_m, static_cast<int64_t>(kGroupM));
+    const int64_t group_tiles = kGroup * tiles_n;
+    const int64_t first_m = tile / group_tiles * kGroup;
+    const int64_t group_m = min(rows - first_m, static_cast<int64_t>(kGroup));
     const int64_t r = tile % group_tiles;
-    return {static_cast<int32_t>((first_m + r % group_m) * kBM),
+    return {static_cast<int32_t>(((first_m + r % group_m) * kCluster + rank) * kBM),
             static_cast<int32_t>(r / group_m * kBN), z};
   }
 
@@ -224,6 +241,18 @@ struct Kernel {
     return {t, kt0, min(k_tiles, kt0 + per), split};
   }
 
+  // This CTA's slice of the B tile: rows (K-major) or 64-column boxes (N-major) [kSliceN * rank,
+  // kSliceN * (rank + 1)), multicast to every CTA of the cluster.
+  static constexpr int kSliceN = kBN / kCluster;
+  static __device__ __forceinline__ void load_b(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                                int32_t inner, int32_t outer) {
+    if constexpr (kCluster == 1) {
+      tma_load(dst, map, bar, inner, outer);
+    } else {
+      tma_load_multicast(dst, map, bar, inner, outer, (1u << kCluster) - 1);
+    }
+  }
+
   // Batches: the host folds each batched operand's matrices into its tensor map's outer
   // dimension (rows of M / N when K-major, of K when M / N-major), matrix z starting z * a_bs /
   // lda rows further on (0 rows when broadcast).
@@ -232,6 +261,7 @@ struct Kernel {
                                                  int64_t tiles_m, int64_t tiles_n, int32_t k_tiles,
                                                  int64_t num_units) {
     const int64_t a_rows = p.a_bs ? p.a_bs / p.lda : 0, b_rows = p.b_bs ? p.b_bs / p.ldb : 0;
+    const int rank = static_cast<int>(blockIdx.x % kCluster);  // a 1-D cluster along x
     int stage = 0;
     uint32_t phase = 0;
     for (int64_t unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
@@ -254,12 +284,23 @@ struct Kernel {
           tma_load(a, &p.tmap_a, bar, k0, a_off + t.m0);
         }
         if constexpr (V::b_kmajor) {
-          tma_load(b, &p.tmap_b, bar, k0, b_off + t.n0);
+          load_b(b + rank * kSliceN * 128, &p.tmap_b, bar, k0, b_off + t.n0 + rank * kSliceN);
         } else {
 #pragma unroll
-          for (int j = 0; j < kBN / 64; ++j)
-            tma_load(b + j * kBoxBytes, &p.tmap_b, bar, t.n0 + 64 * j, b_off + k0);
+          for (int j = rank * kSliceN / 64; j < (rank + 1) * kSliceN / 64; ++j)
+            load_b(b + j * kBoxBytes, &p.tmap_b, bar, t.n0 + 64 * j, b_off + k0);
         }
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+    if constexpr (kCluster > 1) {
+      // The other CTAs' consumers arrive on this CTA's empty barriers: one more wait per stage
+      // sees each stage's last release, after which no arrival is left in flight.
+      for (int s = 0; s < kStages; ++s) {
+        bar_wait(empty + 8 * stage, phase ^ 1);
         if (++stage == kStages) {
           stage = 0;
           phase ^= 1;
@@ -284,8 +325,15 @@ struct Kernel {
     return smem_desc(b_stage, lbo_b, 1024);
   }
 
+  // The consumer warp is done with the stage. In a cluster, every CTA's producer refills part of
+  // it (its B slice lands in all of them): lane r arrives on CTA r's empty barrier.
   static __device__ __forceinline__ void release(uint32_t empty, int stage) {
-    if (threadIdx.x % 32 == 0) bar_arrive(empty + 8 * stage);
+    const uint32_t lane = threadIdx.x % 32;
+    if constexpr (kCluster == 1) {
+      if (lane == 0) bar_arrive(empty + 8 * stage);
+    } else {
+      if (lane < kCluster) bar_arrive_cluster(empty + 8 * stage, lane);
+    }
   }
 
   // Writes the warpgroup's 64 x kBN accumulators through `buf` (its staging area), kChunk columns
@@ -756,13 +804,19 @@ struct Kernel {
     const uint32_t full = smem + kBarOffset, empty = full + 8 * kStages;
     if (threadIdx.x == 0) {
       for (int s = 0; s < kStages; ++s) {
-        bar_init(full + 8 * s, 1);                // the producer's expect_tx arrival
-        bar_init(empty + 8 * s, kConsumers * 4);  // one arrival per consumer warp
+        bar_init(full + 8 * s, 1);                           // the producer's expect_tx arrival
+        bar_init(empty + 8 * s, kConsumers * 4 * kCluster);  // per consumer warp of the cluster
       }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();
-    const int64_t tiles_m = (p.m + kBM - 1) / kBM, tiles_n = (p.n + kBN - 1) / kBN;
+    if constexpr (kCluster > 1) {
+      cluster_sync();  // the barriers are set up before any other CTA's TMA or arrival lands
+    } else {
+      __syncthreads();
+    }
+    // Tile rows rounded up to whole cluster tiles.
+    const int64_t tiles_m = (p.m + kBM * kCluster - 1) / (kBM * kCluster) * kCluster;
+    const int64_t tiles_n = (p.n + kBN - 1) / kBN;
     const int64_t num_tiles = (p.batch > 1 ? p.batch : 1) * tiles_m * tiles_n;
     const int32_t k_tiles = static_cast<int32_t>((p.k + kBK - 1) / kBK);
     const int64_t num_units = num_tiles * (p.splits > 1 ? p.splits : 1);
@@ -814,8 +868,15 @@ __device__ __forceinline__ void entry(const ak_gemm_params& p) {
 
 }  // namespace ak::gemm::wg
 
+// Variants of one CTA launch as plain CTAs: declared as 1-CTA clusters they ran slower (H100,
+// wg_128x256, bf16 4096^3: 668 vs 770 TFLOP/s).
 #define AK_ENTRY_WGMMA(symbol, op, T, V)                      \
   extern "C" __global__ void __launch_bounds__(V::threads, 1) \
       symbol(const __grid_constant__ ak_gemm_params p) {      \
     ak::gemm::wg::entry<T, V>(p);                             \
+  }
+#define AK_ENTRY_WGMMA_CLUSTER(symbol, op, T, V)                                                 \
+  extern "C" __global__ void __launch_bounds__(V::threads, 1) __cluster_dims__(V::cluster, 1, 1) \
+      symbol(const __grid_constant__ ak_gemm_params p) {                                         \
+    ak::gemm::wg::entry<T, V>(p);                                                                \
   }

@@ -1,10 +1,11 @@
 """GEMM shapes for compute-sanitizer (memcheck, racecheck) with no framework but aotkernels.
 
 Every path the device's image holds (mma.sync; wgmma on sm_90a, forced with
-AOTKERNELS_GEMM_PATH), every operand dtype, layout and scale mode, bias and K = 0, on small odd
-shapes. Each operand lives in a device buffer of exactly its span (a tail over-read is a memcheck
-error), passed as a DLPack view; row padding holds large values that would show in the results.
-Inputs are small integers and scales powers of two, so results are checked exactly with numpy.
+AOTKERNELS_GEMM_PATH; the clustered wgmma tiles forced in place of the table's), every operand
+dtype, layout and scale mode, bias and K = 0, on small odd shapes. Each operand lives in a device
+buffer of exactly its span (a tail over-read is a memcheck error), passed as a DLPack view; row
+padding holds large values that would show in the results. Inputs are small integers and scales
+powers of two, so results are checked exactly with numpy.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aotkernels as ak
 from aotkernels import _core, device, loader
+from aotkernels.ops import _op, gemm
 from helpers.fake_dlpack import FakeCudaArray
 from helpers.raw_buffers import to_host
 
@@ -174,6 +176,15 @@ for path in paths:
     for m, n, k in ((7, 9, 33), (65, 130, 200)):
         run_matmul(path, m, n, k)
         run_scaled_mm(path, m, n, k)
+if "wgmma" in paths:  # the clusters' shared B stages: 2 tile rows, the second cluster half empty
+    table = gemm._wgmma_tile
+    fam = loader.family_on("gemm", 0)
+    for tile in (v for v, info in fam.variants.items() if info.get("cluster", 1) > 1):
+        gemm._wgmma_tile = lambda *args, tile=tile: tile
+        _op._PLANS.clear()
+        run_matmul("wgmma", 130, 300, 200)
+    gemm._wgmma_tile = table
+    _op._PLANS.clear()
 os.environ[ENV] = "mma_sync"  # K = 0: epilogue(0) on mma.sync
 out = upload(bytes(4 * 5 * 7))
 z = FakeCudaArray((5, 0), "bfloat16", (1, 1), 0, upload(b"\0\0"))

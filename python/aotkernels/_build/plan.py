@@ -361,6 +361,8 @@ def _entries_source(fp: FamilyPlan) -> str:
             lines.append(f"AK_ENTRY({e.symbol}, {e.op}, {ctype})")
             continue
         macro = f"AK_ENTRY_{spec.variant.path.upper()}"
+        if dict(spec.variant.constants).get("cluster", 1) > 1:
+            macro += "_CLUSTER"  # the kernel declares its thread-block cluster (__cluster_dims__)
         line = f"{macro}({e.symbol}, {e.op}, {ctype}, {spec.config(fam.name)})"
         if e.images == all_images:
             lines.append(line)

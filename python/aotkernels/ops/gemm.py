@@ -44,12 +44,51 @@ fp8 block 128x4096x4096    273     219    197     125      247      64x64
 fp8 block 8192^3           497     639    957     990      1299     128x256
 =========================  ======  =====  ======  =======  =======  =====================
 
-Split-K pays only while one row of tiles streams a long K: M <= 64, at least 96 stages of 128
-bytes of K per split (bf16 16x4096x14336: 38 vs 34 TFLOP/s with 2 splits; with 64 or 128
-stages in all, 16x4096x4096 and 16x8192x8192, one split is 6-20 % faster: the f32 partials
-and the second launch outweigh the extra CTAs), as many splits as fill 132 CTAs
-(``_split_k``; at most 16). Every rule is a function of the shape and the SM count, so the
-choice is deterministic and needs no tuning cache.
+Split-K pays only while one row of tiles streams a long K: M <= 64, at least 48 stages of 128
+bytes of K per split, as many splits as fill half of 132 CTAs (``_split_k``; at most 16).
+Measured on an H100 (2026-11-28, ``wg_64x128`` forced with 1 to 4 splits, TFLOP/s of two runs;
+run-to-run noise reaches 10 % on these 15-35 us calls; one bf16 sample of run 2 was disturbed):
+
+=========================  ===========  ===========  ===========  ===========  =====
+M x N x K (stages)         1 split      2            3            4            table
+=========================  ===========  ===========  ===========  ===========  =====
+fp8 16x4096x14336 (112)    60.5, 54.7   60.5, 61.5   58.8, 59.2   59.7, 59.6   2
+fp8 64x4096x14336 (112)    250.9        228.8        219.2        222.7        2
+fp8 16x4096x4096 (32)      39.7, 37.6   31.6, 33.5   32.0, 33.3   32.8, 33.9   1
+fp8 16x8192x8192 (64)      70.9, 72.6   63.5, 64.7   61.7, 60.7   62.0, 62.2   1
+bf16 16x4096x14336 (224)   34.4         37.5         36.7         37.1         2
+bf16 16x8192x8192 (128)    40.5, 41.8   38.3, 38.3   37.4, 36.7   37.4, 37.1   1
+bf16 16x4096x4096 (64)     26.3, 24.1   23.8, 24.9   23.8, 24.2   24.1, 24.8   1
+=========================  ===========  ===========  ===========  ===========  =====
+
+Two splits of 56 stages pay at M = 16 (fp8 16x4096x14336; ``torch._scaled_mm`` 65-67), splits
+of 32 stages or fewer do not, and splits that take the grid past half the SMs (64 tiles in 2, 32
+tiles in 3 or 4) are no faster than fewer. The one M = 64 sample (run 1) ran faster unsplit.
+Every rule is a function of the shape and the SM count, so the choice is deterministic and needs
+no tuning cache.
+
+Thread-block clusters (a variant's ``cluster`` in arch_matrix.toml): ``wg_128x256c2`` runs
+two CTAs on vertically neighbouring 128 x 256 tiles that multicast their shared B tile, so B
+leaves L2 once per pair. The table does not pick it: forced beside the one-CTA tiles in one run
+(H100 SXM, 2026-11-28, TFLOP/s, b K-major, bf16 out; run-to-run noise is about 3 %) it is no
+faster, and with it in the table the bench ran 0.98x (geomean of the 34 bf16 / fp8 rows it
+took, 0.92-1.08x per row) of the same build without it, int8 0.92-0.99x. A 2-CTA 128 x 128
+tile, measured the same way, was 0.92-1.14x of ``wg_128x128`` and 0.98x where the table picks
+that tile (bf16 1024x14336x4096): it was not kept.
+
+=========================  =======  =========  =======
+M x N x K                  128x256  128x256c2  cuBLAS
+=========================  =======  =========  =======
+bf16 4096^3                770      761        790
+bf16 8192^3                696      678        789
+bf16 8192x4096x4096        751      653        788
+bf16 1024x4096x14336       802      753        807
+fp8 4096^3                 1399     1377       1344
+fp8 8192^3                 1293     1300       1435
+fp8 1024x8192x8192         1477     1454       1378
+int8 8192^3                1367     1385       982
+fp8 block 8192^3           1021     1084       1316
+=========================  =======  =========  =======
 
 fp8 accumulation (``scaled_mm``'s ``use_fast_accum``, as ``torch._scaled_mm``'s): Hopper's fp8
 wgmma adds into its accumulators with reduced precision. With the default False, the wgmma path
@@ -257,11 +296,11 @@ def _pick(
     )
 
 
-# Split-K (wgmma path, tile table): the CTAs it aims to fill (an H100 / H200's SM count; the
-# workspace shape must not depend on the device, see _split_k), the fewest 128-byte K stages per
-# split, the most splits, and the most rows (one tile row of wg_64x128).
+# Split-K (wgmma path, tile table): the CTAs whose half it fills at most (an H100 / H200's SM
+# count; the workspace shape must not depend on the device, see _split_k), the fewest 128-byte K
+# stages per split, the most splits, and the most rows (one tile row of wg_64x128).
 _SPLIT_CTAS = 132
-_SPLIT_MIN_STAGES = 96
+_SPLIT_MIN_STAGES = 48
 _SPLIT_MAX = 16
 _SPLIT_MAX_M = 64
 
@@ -277,14 +316,16 @@ class _Split(NamedTuple):
 
 def _split_k(dtype: str, m: int, n: int, k: int, batch: tuple[int, ...]) -> _Split:
     """Split-K for one matrix of at most 64 rows (one row of ``wg_64x128`` tiles; the tile
-    table): as many splits as fill ``_SPLIT_CTAS`` CTAs, each at least ``_SPLIT_MIN_STAGES``
-    stages of 128 bytes of K. A function of the shape only (not of the GPU), so that the
-    workspace shape is known without a device (torch's fake tensors); int8 (exact s32 sums) and
-    batches do not split. Splits start on 128-element K blocks (the fp8 scale blocks)."""
+    table): as many splits as fill half of ``_SPLIT_CTAS`` CTAs, each at least
+    ``_SPLIT_MIN_STAGES`` stages of 128 bytes of K. A function of the shape only (not of the
+    GPU), so that the workspace shape is known without a device (torch's fake tensors); int8
+    (exact s32 sums) and batches do not split. Splits start on 128-element K blocks (the fp8
+    scale blocks)."""
     if m > _SPLIT_MAX_M or math.prod(batch) > 1 or split_dtype(dtype)[0] == "int8" or not n:
         return _Split(1, 0)
     stages = math.ceil(k * ITEMSIZE[split_dtype(dtype)[0]] / 128)
-    splits = min(_SPLIT_CTAS // math.ceil(n / 128), stages // _SPLIT_MIN_STAGES, _SPLIT_MAX)
+    tiles = math.ceil(n / 128)
+    splits = min(_SPLIT_CTAS // (2 * tiles), stages // _SPLIT_MIN_STAGES, _SPLIT_MAX)
     if m == 0 or splits < 2:
         return _Split(1, 0)
     block = int(_loader.constants(FAMILY)["scale_block_k"])
@@ -383,11 +424,13 @@ def _tensor_maps(
     v = fam.variants[pick.variant]
     item = ITEMSIZE[a.dtype]
     bk = int(v["k_bytes"]) // item
+    # A cluster's CTAs each load one slice of their shared K-major B tile (a narrower box).
+    b_rows = int(v["bn"]) // int(v.get("cluster", 1))
     box_inner = 128 // item
     maps = []
     for name, info, ld, outer_extent, tile, k_major, fold in (
         ("a", a, la.ld, m, int(v["bm"]), la.major == "k", folds[0]),
-        ("b", b, lb.ld, n, int(v["bn"]), lb.major == "k", folds[1]),
+        ("b", b, lb.ld, n, b_rows, lb.major == "k", folds[1]),
     ):
         inner, outer = (k, outer_extent) if k_major else (outer_extent, k)
         outer += fold
@@ -633,9 +676,11 @@ def _launch(a: Args) -> list[Launch]:
     split = _split_k(p.entry_dtype, p.m, p.n, k, p.batch)
     if pick.path != "wgmma":
         split = _Split(1, 0)  # the workspace goes unused
+    cluster = int(v.get("cluster", 1))
     if pick.path != "mma_sync":
-        tiles = bt.n * math.ceil(m / bm_tile) * math.ceil(n / bn_tile)
-        grid = (min(tiles * split.splits, fam.device.sm_count), 1, 1)
+        # Persistent: a whole number of clusters, tile rows rounded up to whole cluster tiles.
+        tiles = bt.n * _tiles(1, m, n, bm_tile * cluster, bn_tile) * cluster
+        grid = (min(tiles * split.splits, fam.device.sm_count // cluster * cluster), 1, 1)
     # The wgmma epilogue stores 16-bit outputs through TMA where d is one TMA-legal matrix (not
     # with split-K: the splits' partials are f32).
     tma_store = (
@@ -673,6 +718,7 @@ def _launch(a: Args) -> list[Launch]:
         # The same entry sums the partials in split order and runs the epilogue.
         groups = m * math.ceil(n / 4)  # a thread sums 4 columns at a time
         blocks = min(math.ceil(groups / threads), fam.device.sm_count)
+        blocks = -(-blocks // cluster) * cluster  # the entry's compiled-in cluster size
         reduce = {**args, "flags": flags | bit["split_reduce"]}
         # The main launch's shared memory: a launch asking less would make the SMs re-split their
         # L1 / shared memory between the two kernels (on every call).
