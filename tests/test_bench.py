@@ -438,8 +438,8 @@ def test_gemm_shape_lists_and_goals() -> None:
     assert [(s.m, s.n, s.k) for s in quick] == [(16, 4096, 4096), (1024, 4096, 4096),
                                                (16, 14336, 4096), (1024, 14336, 4096)]  # fmt: skip
     sq4k, sq1k, llm = gemm.GemmShape("square", 4096, 4096, 4096), full[0], quick[0]
-    assert (gemm.goal("int8", llm), gemm.goal("fp8", llm), gemm.goal("bf16", sq4k)) == (8, 1, 1)
-    assert (gemm.goal("bf16", sq1k), gemm.goal("f16", llm)) == (0.9, 0.9)
+    assert (gemm.goal("int8", llm), gemm.goal("fp8", llm), gemm.goal("bf16", sq4k)) == (1, 1, 1)
+    assert (gemm.goal("bf16", sq1k), gemm.goal("f16", llm)) == (0.9, 0.95)
     assert gemm.fp8_scale_modes(sq4k, True) == ("tensor", "rowcol", "block")
     assert gemm.fp8_scale_modes(quick[1], True) == ("tensor",)
     assert gemm.fp8_scale_modes(quick[1], False) == ("tensor", "rowcol", "block")
