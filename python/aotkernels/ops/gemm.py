@@ -679,7 +679,7 @@ def _launch(a: Args) -> list[Launch]:
     cluster = int(v.get("cluster", 1))
     if pick.path != "mma_sync":
         # Persistent: a whole number of clusters, tile rows rounded up to whole cluster tiles.
-        tiles = bt.n * _tiles(1, m, n, bm_tile * cluster, bn_tile) * cluster
+        tiles = _tiles(bt.n, m, n, bm_tile * cluster, bn_tile) * cluster
         grid = (min(tiles * split.splits, fam.device.sm_count // cluster * cluster), 1, 1)
     # The wgmma epilogue stores 16-bit outputs through TMA where d is one TMA-legal matrix (not
     # with split-K: the splits' partials are f32).
