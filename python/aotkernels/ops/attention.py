@@ -69,6 +69,7 @@ _PATH_ORDER = ("fa3", "fa2")
 _DECODE_PATH = "dec"
 _FA3_BOX = 64  # head-dim columns per TMA box (128 bytes: the swizzle span)
 _PACK_ROWS = 128  # FA2's prefill tiles: a GQA group with sq * group <= this is packed
+_FA3_ROWS = 128  # query rows of every fa3 tile: two consumer warpgroups of 64 rows
 _MAX_SEQ = 2**31 - 1  # sequence positions are 32-bit in the kernel
 _UNBOUNDED = 2**62  # a window side without a limit
 _MAX_GRID_YZ = 65535
@@ -449,7 +450,7 @@ def fa3_refusal(p: Problem) -> str | None:
         return f"head dim {p.d} is below the fa3 variants' 64"
     if min(p.rows) == 0:
         return "an empty q or k has no TMA map"
-    if fa3_units(p, _PACK_ROWS) > _MAX_GRID_X:
+    if fa3_units(p, _FA3_ROWS) > _MAX_GRID_X:
         return "more query tiles than its 32-bit schedule counts"
     group = p.heads // p.kv_heads
     if group > 1 and p.sq * group <= _PACK_ROWS:
@@ -462,7 +463,7 @@ def fa3_refusal(p: Problem) -> str | None:
         extents = (1 if varlen else p.batch, rows, heads)
         if any(n > 1 and s == 0 for n, s in zip(extents, st, strict=True)):
             return f"{name} broadcasts a dimension (stride 0), which a TMA map cannot"
-    for m in fa3_maps(p, _PACK_ROWS, _PACK_ROWS):
+    for m in fa3_maps(p, _FA3_ROWS, _FA3_ROWS):
         bad = _op.tensor_map_problem(m)
         if bad is not None:
             return f"the TMA map of {m.ptr_field} would be refused ({bad})"
@@ -526,6 +527,8 @@ def configure(
     decode = p.op == "attention_decode"
     if decode and tile.bm != _DECODE_ROWS:
         raise AssertionError(f"{tile.name}: decode tiles must have {_DECODE_ROWS} rows")
+    if tile.path == "fa3" and tile.bm != _FA3_ROWS:
+        raise AssertionError(f"{tile.name}: fa3 tiles must have {_FA3_ROWS} rows")
     # GQA packing: a group's query heads share the tile when the queries are too few to fill it
     # (always for decode): K/V are then read once per KV head.
     pack = tile.path != "fa3" and group > 1 and (decode or p.sq * group <= tile.bm)
