@@ -26,6 +26,7 @@ from helpers.gemm import (
     generator,
     int_operands,
     need_sm90a,
+    place,
     poisoned,
     pow2,
     small_ints,
@@ -33,7 +34,8 @@ from helpers.gemm import (
 )
 from helpers.reference import assert_gemm_near, rounded_once, scaled_mm_ref
 
-SWAPPED = ("wg_16x64t", "wg_32x64t")  # every swapped variant of arch_matrix.toml
+# Every swapped variant of arch_matrix.toml.
+SWAPPED = ("wg_16x64t", "wg_16x128t", "wg_32x64t", "wg_32x128t")
 
 # --- CPU: the table and the launch ----------------------------------------------------------------
 
@@ -44,28 +46,34 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
 
 
 @pytest.mark.parametrize(
-    ("m", "batch", "block", "a_kmajor", "want"),
+    ("m", "n", "batch", "block", "a_kmajor", "want"),
     [
-        (1, 1, False, True, "wg_16x64t"),
-        (16, 1, False, True, "wg_16x64t"),
-        (17, 1, False, True, "wg_32x64t"),
-        (32, 1, False, True, "wg_32x64t"),
-        (33, 1, False, True, "wg_64x128"),  # past the swapped tiles: the unswapped one
-        (16, 2, False, True, "wg_64x128"),  # batches stay unswapped
-        (16, 1, True, True, "wg_64x128"),  # block scales stay unswapped
-        (16, 1, False, False, "wg_64x128"),  # an M-major a has no swapped entry
+        (1, 4096, 1, False, True, "wg_16x64t"),
+        (16, 4096, 1, False, True, "wg_16x64t"),
+        (17, 4096, 1, False, True, "wg_32x64t"),
+        (32, 8192, 1, False, True, "wg_32x64t"),  # 128 tiles of 64 columns: one wave
+        (16, 8448, 1, False, True, "wg_16x64t"),  # 132 tiles
+        (16, 8449, 1, False, True, "wg_16x128t"),  # 133: two consumers, 128 columns a tile
+        (16, 14336, 1, False, True, "wg_16x128t"),
+        (32, 14336, 1, False, True, "wg_32x128t"),
+        (33, 4096, 1, False, True, "wg_64x128"),  # past the swapped tiles: the unswapped one
+        (16, 4096, 2, False, True, "wg_64x128"),  # batches stay unswapped
+        (16, 4096, 1, True, True, "wg_64x128"),  # block scales stay unswapped
+        (16, 4096, 1, False, False, "wg_64x128"),  # an M-major a has no swapped entry
     ],
 )
 def test_table_takes_swapped_tile(
-    m: int, batch: int, block: bool, a_kmajor: bool, want: str
+    m: int, n: int, batch: int, block: bool, a_kmajor: bool, want: str
 ) -> None:
-    assert gemm._wgmma_tile(m, 4096, batch, 132, block, a_kmajor) == want
+    assert gemm._wgmma_tile(m, n, batch, 132, block, a_kmajor) == want
 
 
 def test_swapped_variants_declared(fake_gpu: FakeGpu) -> None:
-    got = {name for name, v in fake_gpu.family.variants.items() if v.get("swap_ab")}
-    assert got == set(SWAPPED)
-    assert [(fake_gpu.family.variants[v]["bm"], v) for v in SWAPPED] == list(gemm._SWAP_TILES)
+    variants = fake_gpu.family.variants
+    assert {name for name, v in variants.items() if v.get("swap_ab")} == set(SWAPPED)
+    for rows, narrow, wide in gemm._SWAP_TILES:
+        for name, cols in ((narrow, 64), (wide, 128)):
+            assert (variants[name]["bm"], variants[name]["bn"]) == (rows, cols)
 
 
 @pytest.mark.parametrize(
@@ -255,7 +263,8 @@ def test_swapped_fp8_random(swapped: Forced, m: int, n: int, k: int, fast: bool)
     bv = (torch.randn(n, k, device="cuda", generator=gen) * 4).to(torch.float8_e4m3fn).t()
     sa = torch.rand(m, 1, device="cuda", generator=gen) + 0.5
     sb = torch.rand(n, device="cuda", generator=gen) + 0.5
-    y = ak.scaled_mm(av, bv, sa, sb, "float32", use_fast_accum=fast)
+    a, b = place(av, False, "tma"), place(bv, True, "tma")  # rows 16-byte aligned at any K
+    y = ak.scaled_mm(a, b, sa, sb, "float32", use_fast_accum=fast)
     absref = scaled_mm_ref(av.float().abs(), bv.float().abs(), sa, sb).abs()
     assert_gemm_near(y, scaled_mm_ref(av, bv, sa, sb), absref, "float8_e4m3fn")
     assert swapped.last == swapped.variant
@@ -285,14 +294,14 @@ def test_swapped_split_k(
         y = ak.matmul(a, b, out, bias=bias, out=poisoned((m, n), torch_dtype(out)))
         assert torch.equal(y, rounded_once(scaled_mm_ref(av, bv, None, None, bias),
                                            torch_dtype(out)))  # fmt: skip
-    ra = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
+    rav = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
     rbv = torch.randn(k, n, device="cuda", generator=gen).to(torch.bfloat16)
-    rb = rbv.t().contiguous().t() if layout == "kk" else rbv
+    ra, rb = place(rav, False, "tma"), place(rbv, layout == "kk", "tma")
     first = ak.matmul(ra, rb, torch.float32)
     for _ in range(2):
         assert torch.equal(first, ak.matmul(ra, rb, torch.float32))
-    ref = ra.double() @ rbv.double()
-    bound = 2**-23 * ref.abs() + k * 2**-24 * (ra.double().abs() @ rbv.double().abs())
+    ref = rav.double() @ rbv.double()
+    bound = 2**-23 * ref.abs() + k * 2**-24 * (rav.double().abs() @ rbv.double().abs())
     assert ((first.double() - ref).abs() <= bound).all()
     assert swapped.last == swapped.variant
 
@@ -316,7 +325,8 @@ def test_swapped_split_k_fp8(swapped: Forced, monkeypatch: pytest.MonkeyPatch, m
         sa = torch.rand(m, 1, device="cuda", generator=gen) + 0.5
         sb = torch.rand(1, n, device="cuda", generator=gen) + 0.5
     bias = torch.randn(n, device="cuda", generator=gen).to(torch.bfloat16)
-    ys = [ak.scaled_mm(av, bv, sa, sb, torch.bfloat16, bias) for _ in range(2)]
+    a, b = place(av, False, "tma"), place(bv, True, "tma")
+    ys = [ak.scaled_mm(a, b, sa, sb, torch.bfloat16, bias) for _ in range(2)]
     assert torch.equal(ys[0], ys[1])
     ref = scaled_mm_ref(av, bv, sa, sb, bias)
     mag = scaled_mm_ref(av.float().abs(), bv.float().abs(), sa, sb)

@@ -33,6 +33,11 @@
 // partials to the workspace straight from registers, and a second launch of the same entry
 // (kSplitReduce) adds them in split order through the shared epilogue: bitwise repeatable.
 //
+// Swapped variants (V::swap_ab, small M): the kernel computes d^T = b^T a^T. b's tile is wgmma's A
+// operand (the consumers' 64-row slices run along N) and a's tile its B operand (n16 / n32 along
+// M), so a tile spends no tensor-core work on rows past M; the epilogue writes d transposed
+// through the staging area, and split partials keep the workspace's [split][m][n] layout.
+//
 // Operand layouts are compiled in (V::a_mmajor, V::b_kmajor). K-major operands use K-major
 // descriptors (one 128-byte swizzle row = the stage's whole K); M/N-major 16-bit operands keep the
 // TMA boxes (64 elements of M/N x BK rows of K) as they land and use the transpose bits with
@@ -175,9 +180,9 @@ struct Kernel {
   static constexpr bool kFp8 = sizeof(T) == 1 && !kInt8;  // e4m3 / e5m2, mixed pairs included
   // Swapped variants (small M): the wgmma tile's rows run along N (b's tile is wgmma's A
   // operand, 64 rows per consumer) and its columns along M (a's tile is wgmma's B operand, n16 /
-  // n32 wide), so no tensor-core work goes to rows past M. kBM x kBN is the wgmma tile (its rows
-  // p.n's when swapped), V::bm x V::bn the output tile; kAMajorMN / kBMajorK the layouts of
-  // wgmma's A and B operands in shared memory.
+  // n32 wide, shared by the consumers), so no tensor-core work goes to rows past M. kBM x kBN is
+  // the wgmma tile (its rows p.n's when swapped), V::bm x V::bn the output tile; kAMajorMN /
+  // kBMajorK the layouts of wgmma's A and B operands in shared memory.
   static constexpr bool kSwap = SwapAB<V>::value;
   static constexpr int kBM = kSwap ? V::bn : V::bm, kBN = kSwap ? V::bm : V::bn;
   static constexpr bool kAMajorMN = kSwap ? !V::b_kmajor : V::a_mmajor;
@@ -224,9 +229,9 @@ struct Kernel {
   static_assert(!V::layout_from_flags, "wgmma variants compile their operand layout in");
   static_assert(V::k_bytes == 128, "one 128-byte swizzle row of K per stage");
   static_assert(kBM == 64 * kConsumers, "one m64 consumer warpgroup per 64 tile rows");
-  static_assert(kSwap ? (kBN == 16 || kBN == 32) && kConsumers == 1 && V::cluster == 1
+  static_assert(kSwap ? (kBN == 16 || kBN == 32) && V::cluster == 1
                       : kBN == 64 || kBN == 128 || kBN == 256,
-                "n64 / n128 / n256 wgmma tiles; swapped: n16 / n32, one consumer, no cluster");
+                "n64 / n128 / n256 wgmma tiles; swapped: n16 / n32, no cluster");
   static_assert(sizeof(T) == 2 || (!V::a_mmajor && V::b_kmajor), "8-bit operands are K-major");
   static_assert(!kSwap || kBMajorK, "swapped: a (wgmma's B, n16 / n32 rows) is K-major");
   static_assert(kSmemUsed <= V::smem, "pipeline does not fit the variant's shared memory");
@@ -438,10 +443,10 @@ struct Kernel {
     }
   }
 
-  // A swapped tile (one consumer): accumulator (r, c) is d[n0 + c, m0 + r]. The fragment goes
-  // to the staging area transposed, one row of d (the tile's 64 columns) per accumulator column,
-  // and each warp then runs whole rows of d through the shared epilogue (M is small: the output
-  // is a sliver of the traffic, the weights are the rest).
+  // A swapped tile: accumulator (r, c) of consumer q is d[n0 + c, m0 + 64 q + r]. The fragment
+  // goes to the consumer's staging area transposed, one row of d (its 64 columns) per accumulator
+  // column, and each warp then runs whole rows of d through the shared epilogue (M is small: the
+  // output is a sliver of the traffic, the weights are the rest).
   static __device__ __forceinline__ void store_swapped(const ak_gemm_params& p, const Tile& t,
                                                        int consumer, const Acc (&acc)[kBN / 2],
                                                        Acc* buf) {
@@ -456,7 +461,7 @@ struct Kernel {
       at[kSwapPitch + 8] = acc[4 * j + 3];
     }
     consumer_sync(consumer);
-    const int64_t n = t.m0 + 2 * lane;
+    const int64_t n = t.m0 + consumer * 64 + 2 * lane;
 #pragma unroll 4
     for (int c = warp; c < kBN; c += 4) {
       const Pair v = *reinterpret_cast<const Pair*>(buf + c * kSwapPitch + 2 * lane);
@@ -469,14 +474,14 @@ struct Kernel {
     consumer_sync(consumer);  // the next tile overwrites the staging area
   }
 
-  // A swapped split's raw partials: accumulator (r, c) goes to ws row n0 + c, column m0 + r;
-  // each store instruction writes 32 contiguous bytes of 4 rows. Columns up to the padded width
-  // are written (zeros past N, as store_partials).
+  // A swapped split's raw partials: accumulator (r, c) of consumer q goes to ws row n0 + c,
+  // column m0 + 64 q + r; each store instruction writes 32 contiguous bytes of 4 rows. Columns up
+  // to the padded width are written (zeros past N, as store_partials).
   static __device__ __forceinline__ void store_partials_swapped(const ak_gemm_params& p,
-                                                                const Work& w,
+                                                                const Work& w, int consumer,
                                                                 const float (&acc)[kBN / 2]) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
-    const int64_t n = w.t.m0 + warp * 16 + lane / 4, ldw = split_ld(p);
+    const int64_t n = w.t.m0 + consumer * 64 + warp * 16 + lane / 4, ldw = split_ld(p);
     float* ws = static_cast<float*>(p.ws) + w.split * p.m * ldw;
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) {
@@ -900,7 +905,7 @@ struct Kernel {
         store_swapped(p, w.t, consumer, acc, buf);  // int8 never splits
       } else if constexpr (kSwap) {
         if (p.splits > 1) {
-          store_partials_swapped(p, w, acc);
+          store_partials_swapped(p, w, consumer, acc);
         } else {
           store_swapped(p, w.t, consumer, acc, buf);
         }
@@ -956,17 +961,12 @@ struct Kernel {
     Acc* buf = reinterpret_cast<Acc*>(smem_raw + (smem - raw) + kEpiOffset +
                                       (threadIdx.x / 128 - 1) * kEpiBytes);
     if constexpr (kFp8) {
-      // Block scales stay on unswapped variants (the host's rule): swapped ones compile no
-      // block-scaled loop.
-      if constexpr (!kSwap) {
-        if (p.scale_mode_a == kScaleBlock) {
-          consume<kBlock>(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles,
-                          num_units);
-          finish_stores();
-          return;
-        }
-      }
-      if (p.flags & kFastAccum) {
+      // Block scales never reach swapped variants (the host's rule): the dead branch names a loop
+      // they instantiate anyway, so that they compile no block-scaled one.
+      if (!kSwap && p.scale_mode_a == kScaleBlock) {
+        consume<kSwap ? kPromote : kBlock>(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n,
+                                           k_tiles, num_units);
+      } else if (p.flags & kFastAccum) {
         consume<kDirect>(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles,
                          num_units);
       } else {

@@ -11,8 +11,9 @@ Tile table (``_pick``, ``_wgmma_tile``), first match wins:
 condition                                  variant
 =========================================  ====================================================
 sm_100a, AOTKERNELS_GEMM_TCGEN05=1, TMA    ``tc_128x256``
-sm_90a, TMA-legal operands, M <= 32, one   swapped: ``wg_16x64t`` (M <= 16), ``wg_32x64t``;
-matrix, a K-major, no block scales         no split-K (``_swaps``)
+sm_90a, TMA-legal operands, M <= 32, one   swapped (``_swaps``): ``wg_16x64t`` (M <= 16) or
+matrix, a K-major, no block scales         ``wg_32x64t``; ``wg_16x128t`` / ``wg_32x128t``
+                                           where N / 64 > SMs; no split-K
 sm_90a, TMA-legal operands, M <= 64        ``wg_64x128``, split-K by ``_split_k``
 sm_90a, TMA-legal, M <= 128                ``wg_64x64`` where 64x128 tiles would fill at most
                                            half the SMs, else ``wg_64x128``
@@ -47,37 +48,45 @@ fp8 block 8192^3           497     639    957     990      1299     128x256
 =========================  ======  =====  ======  =======  =======  =====================
 
 Swapped tiles (the variants whose ``swap_ab`` is set): the kernel computes d^T = b^T a^T, so N
-runs along wgmma's M (64 rows, one consumer warpgroup) and M along its N (n16 / n32): a 64-row
+runs along wgmma's M (64 rows per consumer warpgroup) and M along its N (n16 / n32). A 64-row
 tile at M = 16 spends 3/4 of its tensor-core work (and of the fp8 two-level promotion) on rows
-past M, a swapped one none (n16) or half (n32), and N / 64 CTAs stream the weights. Measured on
-an H200 (2026-11-28, one process, alternating rounds, ratio to the anchor: torch.matmul,
-torch._scaled_mm per-tensor without fast accumulation, torch._int_mm; b K-major unless "kn"):
+past M, a swapped one none (n16) or half (n32), and N / 64 (or N / 128) CTAs stream the weights.
+cuBLAS does the same at M = 16 (its kernels there are nvjet ``64x16`` tiles). The 128-column
+forms (two consumers sharing a's tile) take the shapes whose 64-column tiles would take more than
+one wave. Measured on an H200 (2026-11-28, one process, alternating rounds; ratio to the anchor:
+torch.matmul, torch._scaled_mm per-tensor without fast accumulation, torch._int_mm; b K-major
+unless "kn"; "main": ``wg_64x128`` with its split rule; the table's pick in brackets, and timed
+again in the last column, which differs from it by the run-to-run noise):
 
-=========================  =========  =========  =========  =========  =========
-M x N x K                  main       16x64t     16x64t s2  32x64t     32x64t s2
-=========================  =========  =========  =========  =========  =========
-bf16 16x4096x4096          0.73       0.92       0.84       0.90       0.80
-bf16 16x4096x4096 kn       0.73       0.91       0.83       0.89       0.80
-bf16 16x14336x4096         0.89       0.91       0.76       0.91       0.77
-bf16 16x4096x14336         0.81       0.88       0.87                  0.86
-bf16 16x8192x8192          0.77       0.90       0.82       0.91       0.82
-fp8 16x4096x4096           0.65       0.85       0.69       0.80       0.72
-fp8 16x14336x4096          0.86       0.83       0.70       0.83       0.71
-fp8 16x4096x14336          0.75       0.98       0.87                  0.84
-fp8 16x8192x8192           0.76       0.90       0.76       0.88       0.79
-int8 32x4096x4096          0.94       1.25                  1.24
-int8 32x14336x4096         0.95       0.79                  0.99
-int8 32x4096x14336         1.07       1.21                  1.51
-int8 32x8192x8192          0.96       0.79                  1.05
-bf16 64x4096x4096          0.76                             0.63 (s2)
-=========================  =========  =========  =========  =========  =========
+=========================  ======  ========  ========  =========  =========  =========
+M x N x K                  main    16x64t    32x64t    16x128t    32x128t    table
+=========================  ======  ========  ========  =========  =========  =========
+bf16 16x4096x4096          0.74    [0.95]    0.92      0.90                  0.95
+fp8 16x4096x4096           0.66    [0.85]    0.82      0.80                  0.85
+bf16 16x8192x8192          0.78    [0.91]    0.90      0.92                  0.90
+fp8 16x8192x8192           0.75    [0.91]    0.90      0.88                  0.91
+bf16 16x14336x4096         0.90    0.91      0.91      [0.95]                0.95
+bf16 16x14336x4096 kn      0.87    0.90      0.90      [0.94]                0.94
+fp8 16x14336x4096          0.88    0.84      0.84      [0.91]                0.91
+bf16 24x14336x4096         0.93              0.92      0.86       [0.95]     0.95
+bf16 32x14336x4096         0.96              0.90      0.86       [0.95]     0.95
+fp8 32x14336x4096          0.90              0.80      0.82       [0.88]     0.88
+int8 32x14336x4096         0.95    0.77      0.97      0.97       [1.02]     1.02
+int8 32x8192x8192          0.95    0.93      [1.06]    1.07                  1.05
+=========================  ======  ========  ========  =========  =========  =========
 
-("main": ``wg_64x128`` with its split rule, 2 splits at K = 14336; an empty cell was not
-measured.) Splitting a swapped tile's K (4 splits: slower still) never paid: the second launch
-costs more than the SMs it adds. At M = 64 (two swapped tile columns) the 64-row tile is faster.
+Earlier runs of the same build (table then without the 128-column tiles): bf16 16x4096x14336
+0.82 -> 0.88 (kn 0.81 -> 0.83), fp8 16x4096x14336 0.81 -> 1.02, int8 32x4096x4096 0.96 -> 1.24,
+int8 32x4096x14336 1.07 -> 1.52, bf16 1x4096x4096 0.69 -> 0.94, 8x4096x4096 0.71 -> 0.93,
+32x4096x4096 0.76 -> 0.91, fp8 32x4096x4096 0.66 -> 0.77. Splitting a swapped tile's K never
+paid (``wg_16x64t`` with 2 splits: 0.84 against 0.92 unsplit at bf16 16x4096x4096, 0.87
+against 0.88 at 16x4096x14336; 4 splits slower still): the reduction launch costs more than the
+SMs it adds. At M = 64 (two or four swapped tile columns) the 64-row tile is faster (bf16
+64x4096x4096: 0.76 against 0.52 for ``wg_16x64t`` and 0.63 for ``wg_32x64t`` with 2 splits).
 
-Split-K pays only while one row of tiles streams a long K: M <= 64, at least 48 stages of 128
-bytes of K per split, as many splits as fill half of 132 CTAs (``_split_k``; at most 16).
+Split-K pays only while one row of tiles streams a long K: M <= 64 (less the calls that take a
+swapped tile, which do not split), at least 48 stages of 128 bytes of K per split, as many splits
+as fill half of 132 CTAs (``_split_k``; at most 16).
 Measured on an H100 (2026-11-28, ``wg_64x128`` forced with 1 to 4 splits, TFLOP/s of two runs;
 run-to-run noise reaches 10 % on these 15-35 us calls; one bf16 sample of run 2 was disturbed):
 
@@ -255,9 +264,10 @@ def _last_wave_fill(tiles: int, sms: int) -> float:
 _FILL_MARGIN = 0.05
 
 
-# Swapped tiles (d^T = b^T a^T, the variants whose ``swap_ab`` is set): (rows of M, variant),
-# the narrowest that holds M taken.
-_SWAP_TILES = ((16, "wg_16x64t"), (32, "wg_32x64t"))
+# Swapped tiles (d^T = b^T a^T, the variants whose ``swap_ab`` is set): (rows of M, variant of
+# 64 columns, variant of 128 columns), the fewest rows that hold M taken; 128 columns (two
+# consumer warpgroups) where the 64-column tiles would take more than one wave of the SMs.
+_SWAP_TILES = ((16, "wg_16x64t", "wg_16x128t"), (32, "wg_32x64t", "wg_32x128t"))
 _SWAP_MAX_M = _SWAP_TILES[-1][0]
 
 
@@ -275,7 +285,8 @@ def _wgmma_tile(
     along K (``_split_k``) take ``wg_64x128`` whatever the GPU: the workspace is sized from the
     shape alone."""
     if _swaps(m, batch, block_scaled, a_kmajor):
-        return next(variant for rows, variant in _SWAP_TILES if m <= rows)
+        rows, tile64, tile128 = next(t for t in _SWAP_TILES if m <= t[0])
+        return tile128 if _tiles(1, m, n, rows, 64) > sms else tile64
     if m <= _SPLIT_MAX_M:
         return "wg_64x128"
     if m <= 128:
