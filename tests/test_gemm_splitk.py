@@ -22,11 +22,12 @@ from aotkernels.ops import gemm
 from helpers.gemm import generator, need_sm90a, poisoned
 from helpers.reference import scaled_mm_ref
 
-# Shapes the table splits (M <= 64, few 64 x 128 tiles, K of at least 96 stages of 128 bytes),
-# with ragged edges: M below 64, N not a multiple of 4 (the workspace's padding columns), K not a
-# multiple of the split (a shorter last split) nor of 128 (a partial last stage).
-SPLIT_SHAPES = [(16, 4096, 14336), (7, 1000, 12500), (64, 257, 16400)]
-FP8_SPLIT_SHAPES = [(16, 4096, 28672), (7, 1000, 24700)]
+# Shapes the table splits (33 <= M <= 64 for a K-major a: smaller M takes the swapped tiles,
+# which do not split; few 64 x 128 tiles, K of at least 96 stages of 128 bytes), with ragged
+# edges: M below 64, N not a multiple of 4 (the workspace's padding columns), K not a multiple of
+# the split (a shorter last split) nor of 128 (a partial last stage).
+SPLIT_SHAPES = [(48, 4096, 14336), (40, 1000, 12500), (64, 257, 16400)]
+FP8_SPLIT_SHAPES = [(48, 4096, 28672), (40, 1000, 24700)]
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,9 @@ def _bf16(m: int, n: int, k: int, layout: str = "kn", ld_a: int | None = None,
         (4096, 4096, 4096, "mk", None, 0, "ak_matmul_bf16_wg_128x256_mk", (132, 1, 1)),
         (8192, 1024, 512, "kk", None, 0, "ak_matmul_bf16_wg_128x256_kk", (132, 1, 1)),
         (64, 4096, 4096, "mn", None, 0, "ak_matmul_bf16_wg_64x128_mn", (32, 1, 1)),  # K short
-        (16, 4096, 14336, "kk", None, 0, "ak_matmul_bf16_wg_64x128_kk", (64, 1, 1)),  # 2 splits
+        (16, 4096, 14336, "kk", None, 0, "ak_matmul_bf16_wg_16x64t_kk", (64, 1, 1)),  # swapped
+        (32, 4096, 14336, "kn", None, 0, "ak_matmul_bf16_wg_32x64t_kn", (64, 1, 1)),
+        (48, 4096, 14336, "kk", None, 0, "ak_matmul_bf16_wg_64x128_kk", (64, 1, 1)),  # 2 splits
         (128, 4096, 4096, "kn", None, 0, "ak_matmul_bf16_wg_64x64_kn", (128, 1, 1)),
         (128, 8192, 4096, "kn", None, 0, "ak_matmul_bf16_wg_64x128_kn", (128, 1, 1)),
         (1024, 14336, 4096, "kn", None, 0, "ak_matmul_bf16_wg_128x128_kn", (132, 1, 1)),  # fill
@@ -220,10 +222,10 @@ def test_cluster_launch(fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch) -> N
     fake_gpu.use("sm_90a", 133)  # an odd SM count: the persistent grid holds whole clusters
     ak.matmul(*_bf16(8192, 8192, 512, "kk"))
     assert fake_gpu.last.grid == (132, 1, 1)
-    ak.matmul(*_bf16(16, 4096, 14336, "kk"))  # split-K: the reduction launch too
+    ak.matmul(*_bf16(48, 4096, 14336, "kk"))  # split-K: the reduction launch too
     main, reduce = fake_gpu.launches[-2:]
     assert main.grid == (64, 1, 1)  # 1 cluster row x 16 tile columns x 2 splits
-    assert reduce.grid == (44, 1, 1)  # 16 x 4096 / 4 / 384 threads = 43 blocks, rounded up
+    assert reduce.grid == (128, 1, 1)  # 48 x 4096 / 4 / 384 threads = 128 blocks
 
 
 @pytest.mark.parametrize(

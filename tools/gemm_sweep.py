@@ -82,10 +82,12 @@ def main() -> None:
         v = forced["variant"]
         return gemm._Pick(f"ak_{op}_{dtype}_{v}_{layout}", v, "wgmma")
 
-    def split_k(dtype: str, m: int, n: int, k: int, batch: tuple[int, ...]) -> Any:
+    def split_k(
+        dtype: str, m: int, n: int, k: int, batch: tuple[int, ...], swapped: bool = False
+    ) -> Any:
         s = forced.get("splits")
         if s is None:
-            return split0(dtype, m, n, k, batch)
+            return split0(dtype, m, n, k, batch, swapped)
         blocks = math.ceil(k / 128)
         per = math.ceil(blocks / s)
         if s <= 1 or per >= blocks:

@@ -33,6 +33,11 @@
 // partials to the workspace straight from registers, and a second launch of the same entry
 // (kSplitReduce) adds them in split order through the shared epilogue: bitwise repeatable.
 //
+// Swapped variants (V::swap_ab, small M): the kernel computes d^T = b^T a^T. b's tile is wgmma's A
+// operand (the consumers' 64-row slices run along N) and a's tile its B operand (n16 / n32 along
+// M), so a tile spends no tensor-core work on rows past M; the epilogue writes d transposed
+// through the staging area, and split partials keep the workspace's [split][m][n] layout.
+//
 // Operand layouts are compiled in (V::a_mmajor, V::b_kmajor). K-major operands use K-major
 // descriptors (one 128-byte swizzle row = the stage's whole K); M/N-major 16-bit operands keep the
 // TMA boxes (64 elements of M/N x BK rows of K) as they land and use the transpose bits with
@@ -67,6 +72,11 @@ __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
 
+// m64 x n16 / n32 accumulator lists (8 / 16 registers), for the swapped small-M tiles.
+#define AK_WG_D8 "{%0, %1, %2, %3, %4, %5, %6, %7}"
+#define AK_WG_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define AK_WG_ACC_N16(C) AK_WG_ACC8(C, 0)
+#define AK_WG_ACC_N32(C) AK_WG_ACC8(C, 0), AK_WG_ACC8(C, 8)
 #define AK_WG_ACC_N64(C) AK_WG_ACC32(C)
 #define AK_WG_ACC_N128(C) AK_WG_ACC64(C, 0)
 #define AK_WG_ACC_N256(C) AK_WG_ACC64(C, 0), AK_WG_ACC64(C, 64)
@@ -78,10 +88,16 @@ __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
                ", p" TAIL ";\n}\n"                                                                \
                : ACC(C)                                                                           \
                : "l"(a), "l"(b), "r"(scale_d)__VA_ARGS__)
-// The m64 x kN wgmma of one shape suffix ("k16.f32.bf16.bf16", ...): T64 / T128 / T256 are the
+// The m64 x kN wgmma of one shape suffix ("k16.f32.bf16.bf16", ...): T16 ... T256 are the
 // immediate tails of each width (their operand numbers follow the width's accumulators).
-#define AK_WG_MMA_N(SHAPE, C, T64, T128, T256, ...)                                               \
-  if constexpr (kN == 64) {                                                                       \
+#define AK_WG_MMA_N(SHAPE, C, T16, T32, T64, T128, T256, ...)                                     \
+  if constexpr (kN == 16) {                                                                       \
+    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n16" SHAPE, AK_WG_D8, AK_WG_ACC_N16, C, "8", "9",  \
+              "10", T16, __VA_ARGS__);                                                            \
+  } else if constexpr (kN == 32) {                                                                \
+    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n32" SHAPE, AK_WG_D16, AK_WG_ACC_N32, C, "16",     \
+              "17", "18", T32, __VA_ARGS__);                                                      \
+  } else if constexpr (kN == 64) {                                                                \
     AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n64" SHAPE, AK_WG_D32, AK_WG_ACC_N64, C, "32",     \
               "33", "34", T64, __VA_ARGS__);                                                      \
   } else if constexpr (kN == 128) {                                                               \
@@ -95,36 +111,54 @@ __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
 template <class T>
 using AccT = std::conditional_t<std::is_same_v<T, int8_t>, int32_t, float>;
 
+// V::swap_ab (1: the variant computes d^T = b^T a^T; variants without the field do not).
+template <class V, class = void>
+struct SwapAB : std::false_type {};
+template <class V>
+struct SwapAB<V, std::void_t<decltype(V::swap_ab)>> : std::bool_constant<V::swap_ab != 0> {};
+
+// The entry type with its operands exchanged (a swapped variant feeds b to wgmma's A operand):
+// mixed fp8 pairs swap their element types, the others are their own.
+template <class T>
+struct Exchanged {
+  using type = T;
+};
+template <class A, class B>
+struct Exchanged<ak_mixed_t<A, B>> {
+  using type = ak_mixed_t<B, A>;
+};
+
 // d (m64 x kN fragment) = a * b (+ d unless scale_d == 0), one K step of 32 bytes. kTA / kTB: the
 // operand is MN-major in shared memory (16-bit types only).
 template <class T, int kN, bool kTA, bool kTB>
 __device__ __forceinline__ void mma(AccT<T> (&d)[kN / 2], uint64_t a, uint64_t b,
                                     uint32_t scale_d) {
-  static_assert(kN == 64 || kN == 128 || kN == 256, "wgmma tile widths used by this path");
+  static_assert(kN == 16 || kN == 32 || kN == 64 || kN == 128 || kN == 256,
+                "wgmma tile widths used by this path");
   static_assert(sizeof(T) == 2 || (!kTA && !kTB), "8-bit wgmma operands are K-major only");
   constexpr int ta = kTA, tb = kTB;
   if constexpr (std::is_same_v<T, __half>) {
-    AK_WG_MMA_N("k16.f32.f16.f16", "+f", ", 1, 1, %35, %36", ", 1, 1, %67, %68",
-                ", 1, 1, %131, %132", , "n"(ta), "n"(tb))
+    AK_WG_MMA_N("k16.f32.f16.f16", "+f", ", 1, 1, %11, %12", ", 1, 1, %19, %20", ", 1, 1, %35, %36",
+                ", 1, 1, %67, %68", ", 1, 1, %131, %132", , "n"(ta), "n"(tb))
   } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    AK_WG_MMA_N("k16.f32.bf16.bf16", "+f", ", 1, 1, %35, %36", ", 1, 1, %67, %68",
-                ", 1, 1, %131, %132", , "n"(ta), "n"(tb))
+    AK_WG_MMA_N("k16.f32.bf16.bf16", "+f", ", 1, 1, %11, %12", ", 1, 1, %19, %20",
+                ", 1, 1, %35, %36", ", 1, 1, %67, %68", ", 1, 1, %131, %132", , "n"(ta), "n"(tb))
   } else if constexpr (sizeof(T) == 1 && !std::is_same_v<T, int8_t>) {
     // fp8: e4m3 / e5m2 for each operand (mixed entries name both, see ak_mixed_t).
     constexpr bool kA4 = std::is_same_v<typename Operands<T>::A, __nv_fp8_e4m3>;
     constexpr bool kB4 = std::is_same_v<typename Operands<T>::B, __nv_fp8_e4m3>;
     if constexpr (kA4 && kB4) {
-      AK_WG_MMA_N("k32.f32.e4m3.e4m3", "+f", ", 1, 1", ", 1, 1", ", 1, 1")
+      AK_WG_MMA_N("k32.f32.e4m3.e4m3", "+f", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1")
     } else if constexpr (kA4) {
-      AK_WG_MMA_N("k32.f32.e4m3.e5m2", "+f", ", 1, 1", ", 1, 1", ", 1, 1")
+      AK_WG_MMA_N("k32.f32.e4m3.e5m2", "+f", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1")
     } else if constexpr (kB4) {
-      AK_WG_MMA_N("k32.f32.e5m2.e4m3", "+f", ", 1, 1", ", 1, 1", ", 1, 1")
+      AK_WG_MMA_N("k32.f32.e5m2.e4m3", "+f", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1")
     } else {
-      AK_WG_MMA_N("k32.f32.e5m2.e5m2", "+f", ", 1, 1", ", 1, 1", ", 1, 1")
+      AK_WG_MMA_N("k32.f32.e5m2.e5m2", "+f", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1")
     }
   } else {
     static_assert(std::is_same_v<T, int8_t>, "element type without a wgmma path");
-    AK_WG_MMA_N("k32.s32.s8.s8", "+r", "", "", "")
+    AK_WG_MMA_N("k32.s32.s8.s8", "+r", "", "", "", "", "")
   }
 }
 
@@ -133,6 +167,10 @@ __device__ __forceinline__ void mma(AccT<T> (&d)[kN / 2], uint64_t a, uint64_t b
 #undef AK_WG_ACC_N256
 #undef AK_WG_ACC_N128
 #undef AK_WG_ACC_N64
+#undef AK_WG_ACC_N32
+#undef AK_WG_ACC_N16
+#undef AK_WG_D16
+#undef AK_WG_D8
 
 // ---- the kernel ----------------------------------------------------------------------------
 
@@ -140,7 +178,17 @@ template <class T, class V>
 struct Kernel {
   static constexpr bool kInt8 = std::is_same_v<T, int8_t>;
   static constexpr bool kFp8 = sizeof(T) == 1 && !kInt8;  // e4m3 / e5m2, mixed pairs included
-  static constexpr int kBM = V::bm, kBN = V::bn, kStages = V::stages;
+  // Swapped variants (small M): the wgmma tile's rows run along N (b's tile is wgmma's A
+  // operand, 64 rows per consumer) and its columns along M (a's tile is wgmma's B operand, n16 /
+  // n32 wide, shared by the consumers), so no tensor-core work goes to rows past M. kBM x kBN is
+  // the wgmma tile (its rows p.n's when swapped), V::bm x V::bn the output tile; kAMajorMN /
+  // kBMajorK the layouts of wgmma's A and B operands in shared memory.
+  static constexpr bool kSwap = SwapAB<V>::value;
+  static constexpr int kBM = kSwap ? V::bn : V::bm, kBN = kSwap ? V::bm : V::bn;
+  static constexpr bool kAMajorMN = kSwap ? !V::b_kmajor : V::a_mmajor;
+  static constexpr bool kBMajorK = kSwap ? !V::a_mmajor : V::b_kmajor;
+  using TM = std::conditional_t<kSwap, typename Exchanged<T>::type, T>;  // wgmma's A x B types
+  static constexpr int kStages = V::stages;
   static constexpr int kBK = V::k_bytes / sizeof(T);  // K per stage
   static constexpr int kKSteps = V::k_bytes / 32;     // wgmmas per stage (32 bytes of K each)
   static constexpr int kConsumers = V::threads / 128 - 1;
@@ -157,8 +205,14 @@ struct Kernel {
   // also the width of the fp8 block-scaled partial sums (at most one 128-column scale_b block).
   static constexpr int kOutBoxBytes = 64 * 128;
   static constexpr int kPart = kBN < 128 ? kBN : 128;
+  // Swapped tiles stage their kBN rows of d (64 N-contiguous values each) with a pitch of
+  // kSwapPitch words: the fragment's transposed stores (lane / 4 along a row, 2 (lane % 4) rows
+  // apart) fall on distinct banks.
+  static constexpr int kSwapPitch = 64 + 4;
+  static constexpr int kEpiRows =
+      kSwap && kBN * kSwapPitch > 64 * kPitch ? kBN * kSwapPitch : 64 * kPitch;
   static constexpr int kEpiBytes =
-      64 * kPitch * 4 > 2 * kOutBoxBytes ? 64 * kPitch * 4 : 2 * kOutBoxBytes;
+      kEpiRows * 4 > 2 * kOutBoxBytes ? kEpiRows * 4 : 2 * kOutBoxBytes;
   // Stages, epilogue staging, then full[] and empty[] barriers; +1024 to align the base for the
   // 128B swizzle.
   static constexpr int kEpiOffset = kStages * kStageBytes;
@@ -175,8 +229,11 @@ struct Kernel {
   static_assert(!V::layout_from_flags, "wgmma variants compile their operand layout in");
   static_assert(V::k_bytes == 128, "one 128-byte swizzle row of K per stage");
   static_assert(kBM == 64 * kConsumers, "one m64 consumer warpgroup per 64 tile rows");
-  static_assert(kBN == 64 || kBN == 128 || kBN == 256, "n64 / n128 / n256 wgmma tiles");
+  static_assert(kSwap ? (kBN == 16 || kBN == 32) && V::cluster == 1
+                      : kBN == 64 || kBN == 128 || kBN == 256,
+                "n64 / n128 / n256 wgmma tiles; swapped: n16 / n32, no cluster");
   static_assert(sizeof(T) == 2 || (!V::a_mmajor && V::b_kmajor), "8-bit operands are K-major");
+  static_assert(!kSwap || kBMajorK, "swapped: a (wgmma's B, n16 / n32 rows) is K-major");
   static_assert(kSmemUsed <= V::smem, "pipeline does not fit the variant's shared memory");
   static_assert(kConsumers * 128 * kConsumerRegs + 128 * kProducerRegs <= 65536);
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs along M");
@@ -205,7 +262,7 @@ struct Kernel {
   // the tile; the epilogue fetches its columns' values with shuffles.
   struct Factors {
     float sa0, sa1, sb;
-    float col_s[kBN / 32], col_b[kBN / 32];
+    float col_s[kBN / 32 > 0 ? kBN / 32 : 1], col_b[kBN / 32 > 0 ? kBN / 32 : 1];
   };
 
   // Matrix by matrix; inside one, grouped order over cluster tiles (kCluster tiles stacked along
@@ -255,20 +312,23 @@ struct Kernel {
 
   // Batches: the host folds each batched operand's matrices into its tensor map's outer
   // dimension (rows of M / N when K-major, of K when M / N-major), matrix z starting z * a_bs /
-  // lda rows further on (0 rows when broadcast).
+  // lda rows further on (0 rows when broadcast). Swapped variants fill wgmma's A operand from b
+  // (tmap_b) and its B operand from a (tmap_a).
   static __device__ __forceinline__ void produce(const ak_gemm_params& p, uint32_t smem,
                                                  uint32_t full, uint32_t empty, int64_t num_tiles,
                                                  int64_t tiles_m, int64_t tiles_n, int32_t k_tiles,
                                                  int64_t num_units) {
     const int64_t a_rows = p.a_bs ? p.a_bs / p.lda : 0, b_rows = p.b_bs ? p.b_bs / p.ldb : 0;
+    const CUtensorMap* map_a = kSwap ? &p.tmap_b : &p.tmap_a;
+    const CUtensorMap* map_b = kSwap ? &p.tmap_a : &p.tmap_b;
     const int rank = static_cast<int>(blockIdx.x % kCluster);  // a 1-D cluster along x
     int stage = 0;
     uint32_t phase = 0;
     for (int64_t unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
       const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
       const Tile& t = w.t;
-      const int32_t a_off = static_cast<int32_t>(t.z * a_rows);
-      const int32_t b_off = static_cast<int32_t>(t.z * b_rows);
+      const int32_t a_off = static_cast<int32_t>(t.z * (kSwap ? b_rows : a_rows));
+      const int32_t b_off = static_cast<int32_t>(t.z * (kSwap ? a_rows : b_rows));
       for (int32_t kt = w.kt0; kt < w.kt1; ++kt) {
         // Parity phase ^ 1 passes at once on a fresh barrier: the ring starts empty.
         bar_wait(empty + 8 * stage, phase ^ 1);
@@ -276,19 +336,19 @@ struct Kernel {
         bar_arrive_expect_tx(bar, kStageBytes);
         const uint32_t a = smem + stage * kStageBytes, b = a + kABytes;
         const int32_t k0 = kt * kBK;
-        if constexpr (V::a_mmajor) {
+        if constexpr (kAMajorMN) {
 #pragma unroll
           for (int i = 0; i < kBM / 64; ++i)
-            tma_load(a + i * kBoxBytes, &p.tmap_a, bar, t.m0 + 64 * i, a_off + k0);
+            tma_load(a + i * kBoxBytes, map_a, bar, t.m0 + 64 * i, a_off + k0);
         } else {
-          tma_load(a, &p.tmap_a, bar, k0, a_off + t.m0);
+          tma_load(a, map_a, bar, k0, a_off + t.m0);
         }
-        if constexpr (V::b_kmajor) {
-          load_b(b + rank * kSliceN * 128, &p.tmap_b, bar, k0, b_off + t.n0 + rank * kSliceN);
+        if constexpr (kBMajorK) {
+          load_b(b + rank * kSliceN * 128, map_b, bar, k0, b_off + t.n0 + rank * kSliceN);
         } else {
 #pragma unroll
           for (int j = rank * kSliceN / 64; j < (rank + 1) * kSliceN / 64; ++j)
-            load_b(b + j * kBoxBytes, &p.tmap_b, bar, t.n0 + 64 * j, b_off + k0);
+            load_b(b + j * kBoxBytes, map_b, bar, t.n0 + 64 * j, b_off + k0);
         }
         if (++stage == kStages) {
           stage = 0;
@@ -312,11 +372,11 @@ struct Kernel {
   // Descriptors of K step 0 of a stage; step kk adds kk * step_a / step_b bytes (>> 4) to them.
   // K-major: SBO = 1024 (8 rows of 128 B), LBO unused by swizzled K-major layouts (encoded 1).
   // MN-major: LBO = 8192 (next 64-element MN box), SBO = 1024 (next 8 rows of K).
-  static constexpr uint32_t lbo_a = V::a_mmajor ? kBoxBytes : 16;
-  static constexpr uint32_t lbo_b = V::b_kmajor ? 16 : kBoxBytes;
+  static constexpr uint32_t lbo_a = kAMajorMN ? kBoxBytes : 16;
+  static constexpr uint32_t lbo_b = kBMajorK ? 16 : kBoxBytes;
   // K-major: 32 bytes along the swizzled row. MN-major: 16 rows of K (16-bit types) of 128 B.
-  static constexpr uint32_t step_a = V::a_mmajor ? 16 * 128 : 32;
-  static constexpr uint32_t step_b = V::b_kmajor ? 32 : 16 * 128;
+  static constexpr uint32_t step_a = kAMajorMN ? 16 * 128 : 32;
+  static constexpr uint32_t step_b = kBMajorK ? 32 : 16 * 128;
   static __device__ __forceinline__ uint64_t desc_a(uint32_t a_stage, int consumer) {
     // K-major: this warpgroup's 64 rows of 128 B. M-major: its own 64-wide M box (K rows).
     return smem_desc(a_stage + consumer * kBoxBytes, lbo_a, 1024);
@@ -383,6 +443,57 @@ struct Kernel {
     }
   }
 
+  // A swapped tile: accumulator (r, c) of consumer q is d[n0 + c, m0 + 64 q + r]. The fragment
+  // goes to the consumer's staging area transposed, one row of d (its 64 columns) per accumulator
+  // column, and each warp then runs whole rows of d through the shared epilogue (M is small: the
+  // output is a sliver of the traffic, the weights are the rest).
+  static __device__ __forceinline__ void store_swapped(const ak_gemm_params& p, const Tile& t,
+                                                       int consumer, const Acc (&acc)[kBN / 2],
+                                                       Acc* buf) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+    const int r0 = warp * 16 + lane / 4;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      Acc* at = buf + (8 * j + 2 * (lane % 4)) * kSwapPitch + r0;
+      at[0] = acc[4 * j];
+      at[kSwapPitch] = acc[4 * j + 1];
+      at[8] = acc[4 * j + 2];
+      at[kSwapPitch + 8] = acc[4 * j + 3];
+    }
+    consumer_sync(consumer);
+    const int64_t n = t.m0 + consumer * 64 + 2 * lane;
+#pragma unroll 4
+    for (int c = warp; c < kBN; c += 4) {
+      const Pair v = *reinterpret_cast<const Pair*>(buf + c * kSwapPitch + 2 * lane);
+      if constexpr (kInt8) {
+        epilogue2_s32(p, t.n0 + c, n, v.x, v.y);
+      } else {
+        epilogue2(p, t.n0 + c, n, v.x, v.y);
+      }
+    }
+    consumer_sync(consumer);  // the next tile overwrites the staging area
+  }
+
+  // A swapped split's raw partials: accumulator (r, c) of consumer q goes to ws row n0 + c,
+  // column m0 + 64 q + r; each store instruction writes 32 contiguous bytes of 4 rows. Columns up
+  // to the padded width are written (zeros past N, as store_partials).
+  static __device__ __forceinline__ void store_partials_swapped(const ak_gemm_params& p,
+                                                                const Work& w, int consumer,
+                                                                const float (&acc)[kBN / 2]) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+    const int64_t n = w.t.m0 + consumer * 64 + warp * 16 + lane / 4, ldw = split_ld(p);
+    float* ws = static_cast<float*>(p.ws) + w.split * p.m * ldw;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      const int64_t m = w.t.n0 + 8 * j + 2 * (lane % 4);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int64_t mm = m + r % 2, nn = n + 8 * (r / 2);
+        if (mm < p.m && nn < ldw) ws[mm * ldw + nn] = acc[4 * j + r];
+      }
+    }
+  }
+
   static __device__ __forceinline__ bool has_cols(const ak_gemm_params& p) {
     return p.scale_mode_b == kScaleVector || (p.flags & kBias);
   }
@@ -411,7 +522,7 @@ struct Kernel {
   // epilogue).
   static __device__ __forceinline__ Factors tile_factors(const ak_gemm_params& p, const Tile& t,
                                                          int consumer) {
-    if (kInt8 || !(p.flags & kTmaStore)) return Factors{};
+    if (kInt8 || kSwap || !(p.flags & kTmaStore)) return Factors{};
     return factors(p, t, consumer);
   }
 
@@ -613,8 +724,8 @@ struct Kernel {
     const uint64_t da = desc_a(a_stage, consumer), db = desc_b(a_stage + kABytes);
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
-      mma<T, kPart, false, false>(b.part, da + (kk * step_a >> 4),
-                                  db + ((kPart * 128 * h + kk * step_b) >> 4), more || kk != 0);
+      mma<TM, kPart, false, false>(b.part, da + (kk * step_a >> 4),
+                                   db + ((kPart * 128 * h + kk * step_b) >> 4), more || kk != 0);
     }
   }
 
@@ -668,8 +779,8 @@ struct Kernel {
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) {
-        mma<T, kBN, V::a_mmajor, !V::b_kmajor>(acc, da + (kk * step_a >> 4),
-                                               db + (kk * step_b >> 4), 1);
+        mma<TM, kBN, kAMajorMN, !kBMajorK>(acc, da + (kk * step_a >> 4), db + (kk * step_b >> 4),
+                                           1);
       }
       wgmma_commit();
       // The batch before this one has retired: its stage can be refilled.
@@ -790,7 +901,17 @@ struct Kernel {
       // The promoted loops' registers are full while the main loop runs: their factors are
       // read here.
       if constexpr (kAccum != kDirect) f = tile_factors(p, w.t, consumer);
-      store_tile(p, w, consumer, acc, f, buf);
+      if constexpr (kSwap && kInt8) {
+        store_swapped(p, w.t, consumer, acc, buf);  // int8 never splits
+      } else if constexpr (kSwap) {
+        if (p.splits > 1) {
+          store_partials_swapped(p, w, consumer, acc);
+        } else {
+          store_swapped(p, w.t, consumer, acc, buf);
+        }
+      } else {
+        store_tile(p, w, consumer, acc, f, buf);
+      }
     }
   }
 
@@ -814,9 +935,10 @@ struct Kernel {
     } else {
       __syncthreads();
     }
-    // Tile rows rounded up to whole cluster tiles.
-    const int64_t tiles_m = (p.m + kBM * kCluster - 1) / (kBM * kCluster) * kCluster;
-    const int64_t tiles_n = (p.n + kBN - 1) / kBN;
+    // Tile rows rounded up to whole cluster tiles; swapped tiles' rows run along N.
+    const int64_t rows = kSwap ? p.n : p.m, cols = kSwap ? p.m : p.n;
+    const int64_t tiles_m = (rows + kBM * kCluster - 1) / (kBM * kCluster) * kCluster;
+    const int64_t tiles_n = (cols + kBN - 1) / kBN;
     const int64_t num_tiles = (p.batch > 1 ? p.batch : 1) * tiles_m * tiles_n;
     const int32_t k_tiles = static_cast<int32_t>((p.k + kBK - 1) / kBK);
     const int64_t num_units = num_tiles * (p.splits > 1 ? p.splits : 1);
@@ -839,8 +961,11 @@ struct Kernel {
     Acc* buf = reinterpret_cast<Acc*>(smem_raw + (smem - raw) + kEpiOffset +
                                       (threadIdx.x / 128 - 1) * kEpiBytes);
     if constexpr (kFp8) {
-      if (p.scale_mode_a == kScaleBlock) {
-        consume<kBlock>(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles, num_units);
+      // Block scales never reach swapped variants (the host's rule): the dead branch names a loop
+      // they instantiate anyway, so that they compile no block-scaled one.
+      if (!kSwap && p.scale_mode_a == kScaleBlock) {
+        consume<kSwap ? kPromote : kBlock>(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n,
+                                           k_tiles, num_units);
       } else if (p.flags & kFastAccum) {
         consume<kDirect>(p, smem, full, empty, buf, num_tiles, tiles_m, tiles_n, k_tiles,
                          num_units);

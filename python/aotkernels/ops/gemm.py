@@ -11,6 +11,9 @@ Tile table (``_pick``, ``_wgmma_tile``), first match wins:
 condition                                  variant
 =========================================  ====================================================
 sm_100a, AOTKERNELS_GEMM_TCGEN05=1, TMA    ``tc_128x256``
+sm_90a, TMA-legal operands, M <= 32, one   swapped (``_swaps``): ``wg_16x64t`` (M <= 16) or
+matrix, a K-major, no block scales         ``wg_32x64t``; ``wg_16x128t`` / ``wg_32x128t``
+                                           where N / 64 > SMs; no split-K
 sm_90a, TMA-legal operands, M <= 64        ``wg_64x128``, split-K by ``_split_k``
 sm_90a, TMA-legal, M <= 128                ``wg_64x64`` where 64x128 tiles would fill at most
                                            half the SMs, else ``wg_64x128``
@@ -44,8 +47,46 @@ fp8 block 128x4096x4096    273     219    197     125      247      64x64
 fp8 block 8192^3           497     639    957     990      1299     128x256
 =========================  ======  =====  ======  =======  =======  =====================
 
-Split-K pays only while one row of tiles streams a long K: M <= 64, at least 48 stages of 128
-bytes of K per split, as many splits as fill half of 132 CTAs (``_split_k``; at most 16).
+Swapped tiles (the variants whose ``swap_ab`` is set): the kernel computes d^T = b^T a^T, so N
+runs along wgmma's M (64 rows per consumer warpgroup) and M along its N (n16 / n32). A 64-row
+tile at M = 16 spends 3/4 of its tensor-core work (and of the fp8 two-level promotion) on rows
+past M, a swapped one none (n16) or half (n32), and N / 64 (or N / 128) CTAs stream the weights.
+cuBLAS does the same at M = 16 (its kernels there are nvjet ``64x16`` tiles). The 128-column
+forms (two consumers sharing a's tile) take the shapes whose 64-column tiles would take more than
+one wave. Measured on an H200 (2026-11-28, one process, alternating rounds; ratio to the anchor:
+torch.matmul, torch._scaled_mm per-tensor without fast accumulation, torch._int_mm; b K-major
+unless "kn"; "main": ``wg_64x128`` with its split rule; the table's pick in brackets, and timed
+again in the last column, which differs from it by the run-to-run noise):
+
+=========================  ======  ========  ========  =========  =========  =========
+M x N x K                  main    16x64t    32x64t    16x128t    32x128t    table
+=========================  ======  ========  ========  =========  =========  =========
+bf16 16x4096x4096          0.74    [0.95]    0.92      0.90                  0.95
+fp8 16x4096x4096           0.66    [0.85]    0.82      0.80                  0.85
+bf16 16x8192x8192          0.78    [0.91]    0.90      0.92                  0.90
+fp8 16x8192x8192           0.75    [0.91]    0.90      0.88                  0.91
+bf16 16x14336x4096         0.90    0.91      0.91      [0.95]                0.95
+bf16 16x14336x4096 kn      0.87    0.90      0.90      [0.94]                0.94
+fp8 16x14336x4096          0.88    0.84      0.84      [0.91]                0.91
+bf16 24x14336x4096         0.93              0.92      0.86       [0.95]     0.95
+bf16 32x14336x4096         0.96              0.90      0.86       [0.95]     0.95
+fp8 32x14336x4096          0.90              0.80      0.82       [0.88]     0.88
+int8 32x14336x4096         0.95    0.77      0.97      0.97       [1.02]     1.02
+int8 32x8192x8192          0.95    0.93      [1.06]    1.07                  1.05
+=========================  ======  ========  ========  =========  =========  =========
+
+Earlier runs of the same build (table then without the 128-column tiles): bf16 16x4096x14336
+0.82 -> 0.88 (kn 0.81 -> 0.83), fp8 16x4096x14336 0.81 -> 1.02, int8 32x4096x4096 0.96 -> 1.24,
+int8 32x4096x14336 1.07 -> 1.52, bf16 1x4096x4096 0.69 -> 0.94, 8x4096x4096 0.71 -> 0.93,
+32x4096x4096 0.76 -> 0.91, fp8 32x4096x4096 0.66 -> 0.77. Splitting a swapped tile's K never
+paid (``wg_16x64t`` with 2 splits: 0.84 against 0.92 unsplit at bf16 16x4096x4096, 0.87
+against 0.88 at 16x4096x14336; 4 splits slower still): the reduction launch costs more than the
+SMs it adds. At M = 64 (two or four swapped tile columns) the 64-row tile is faster (bf16
+64x4096x4096: 0.76 against 0.52 for ``wg_16x64t`` and 0.63 for ``wg_32x64t`` with 2 splits).
+
+Split-K pays only while one row of tiles streams a long K: M <= 64 (less the calls that take a
+swapped tile, which do not split), at least 48 stages of 128 bytes of K per split, as many splits
+as fill half of 132 CTAs (``_split_k``; at most 16).
 Measured on an H100 (2026-11-28, ``wg_64x128`` forced with 1 to 4 splits, TFLOP/s of two runs;
 run-to-run noise reaches 10 % on these 15-35 us calls; one bf16 sample of run 2 was disturbed):
 
@@ -223,10 +264,29 @@ def _last_wave_fill(tiles: int, sms: int) -> float:
 _FILL_MARGIN = 0.05
 
 
-def _wgmma_tile(m: int, n: int, batch: int, sms: int, block_scaled: bool) -> str:
+# Swapped tiles (d^T = b^T a^T, the variants whose ``swap_ab`` is set): (rows of M, variant of
+# 64 columns, variant of 128 columns), the fewest rows that hold M taken; 128 columns (two
+# consumer warpgroups) where the 64-column tiles would take more than one wave of the SMs.
+_SWAP_TILES = ((16, "wg_16x64t", "wg_16x128t"), (32, "wg_32x64t", "wg_32x128t"))
+_SWAP_MAX_M = _SWAP_TILES[-1][0]
+
+
+def _swaps(m: int, batch: int, block_scaled: bool, a_kmajor: bool) -> bool:
+    """Whether a call takes a swapped tile: M up to ``_SWAP_MAX_M``, one matrix, a K-major (b's
+    tile is wgmma's A operand, a's its B operand), no block scales (those keep their 1 x 128 /
+    128 x 128 blocks on unswapped tiles)."""
+    return m <= _SWAP_MAX_M and batch == 1 and not block_scaled and a_kmajor
+
+
+def _wgmma_tile(
+    m: int, n: int, batch: int, sms: int, block_scaled: bool, a_kmajor: bool = True
+) -> str:
     """The wgmma variant of one call (the tile table in the module docstring). Shapes that split
     along K (``_split_k``) take ``wg_64x128`` whatever the GPU: the workspace is sized from the
     shape alone."""
+    if _swaps(m, batch, block_scaled, a_kmajor):
+        rows, tile64, tile128 = next(t for t in _SWAP_TILES if m <= t[0])
+        return tile128 if _tiles(1, m, n, rows, 64) > sms else tile64
     if m <= _SPLIT_MAX_M:
         return "wg_64x128"
     if m <= 128:
@@ -272,7 +332,7 @@ def _pick(
     if tma_ok and k >= 1:
         if (_tcgen05_enabled() or forced == "tcgen05") and batch == 1:
             order.append("tc_128x256")
-        order.append(_wgmma_tile(m, n, batch, sms, block_scaled))
+        order.append(_wgmma_tile(m, n, batch, sms, block_scaled, layout[0] == "k"))
     order.append("mma_128x128" if _tiles(batch, m, n, 128, 128) >= sms else "mma_64x64")
     base = f"ak_{op}_{dtype}_"
     for variant in order:
@@ -314,14 +374,18 @@ class _Split(NamedTuple):
         return (self.splits, m, -(-n // 4) * 4) if self.splits > 1 else (0,)
 
 
-def _split_k(dtype: str, m: int, n: int, k: int, batch: tuple[int, ...]) -> _Split:
+def _split_k(
+    dtype: str, m: int, n: int, k: int, batch: tuple[int, ...], swapped: bool = False
+) -> _Split:
     """Split-K for one matrix of at most 64 rows (one row of ``wg_64x128`` tiles; the tile
     table): as many splits as fill half of ``_SPLIT_CTAS`` CTAs, each at least
-    ``_SPLIT_MIN_STAGES`` stages of 128 bytes of K. A function of the shape only (not of the
+    ``_SPLIT_MIN_STAGES`` stages of 128 bytes of K. A function of the call only (not of the
     GPU), so that the workspace shape is known without a device (torch's fake tensors); int8
-    (exact s32 sums) and batches do not split. Splits start on 128-element K blocks (the fp8
+    (exact s32 sums), batches and swapped tiles (``swapped``: the call takes one, ``_swaps``;
+    splitting them measured slower) do not split. Splits start on 128-element K blocks (the fp8
     scale blocks)."""
-    if m > _SPLIT_MAX_M or math.prod(batch) > 1 or split_dtype(dtype)[0] == "int8" or not n:
+    int8 = split_dtype(dtype)[0] == "int8"
+    if swapped or m > _SPLIT_MAX_M or math.prod(batch) > 1 or int8 or not n:
         return _Split(1, 0)
     stages = math.ceil(k * ITEMSIZE[split_dtype(dtype)[0]] / 128)
     tiles = math.ceil(n / 128)
@@ -550,9 +614,16 @@ def _problem(a: Args) -> _Problem:
     return _Problem(la, lb, m, n, k, odt, sc, bias, batch, entry)
 
 
+def _problem_split(p: _Problem) -> _Split:
+    """The split-K of a validated call (``_split_k``; the tile table's swapped tiles take none)."""
+    block = p.scales.mode_a == _loader.constants(FAMILY)["scale_mode"]["scale_block"]
+    swapped = _swaps(p.m, math.prod(p.batch), block, p.la.major == "k")
+    return _split_k(p.entry_dtype, p.m, p.n, p.k, p.batch, swapped)
+
+
 def _shapes(a: Args) -> tuple[OutSpec, ...]:
     p = _problem(a)
-    split = _split_k(p.entry_dtype, p.m, p.n, p.k, p.batch)
+    split = _problem_split(p)
     return (OutSpec((*p.batch, p.m, p.n), p.out_dtype), OutSpec(split.ws_shape(p.m, p.n), "f32"))
 
 
@@ -673,7 +744,7 @@ def _launch(a: Args) -> list[Launch]:
                 f"{op}: a batch of at most {_MAX_GRID_YZ} matrices runs on the {pick.path} path "
                 f"(one per grid.z), got {bt.n}; split the batch"
             )
-    split = _split_k(p.entry_dtype, p.m, p.n, k, p.batch)
+    split = _problem_split(p)
     if pick.path != "wgmma":
         split = _Split(1, 0)  # the workspace goes unused
     cluster = int(v.get("cluster", 1))
@@ -683,8 +754,10 @@ def _launch(a: Args) -> list[Launch]:
         grid = (min(tiles * split.splits, fam.device.sm_count // cluster * cluster), 1, 1)
     # The wgmma epilogue stores 16-bit outputs through TMA where d is one TMA-legal matrix (not
     # with split-K: the splits' partials are f32).
+    swapped = bool(v.get("swap_ab", 0))
     tma_store = (
         pick.path == "wgmma"
+        and not swapped  # its epilogue writes d transposed from shared memory
         and p.out_dtype in ("f16", "bf16")
         and bt.n == 1
         and split.splits == 1
