@@ -25,6 +25,10 @@
 // together, then S(j + 1)'s softmax runs while P(j) V(j) is still on the tensor cores
 // (intra-warpgroup overlap). The two consumers take turns issuing their wgmmas (two named
 // barriers): while one runs its softmax, the other's GEMMs have the tensor cores (ping-pong).
+// At a tile boundary, a consumer's first S and last P V have nothing of its own to overlap
+// with: variants with `defer` (short keys, where a query tile has few key tiles) issue the
+// last P V of a tile with the first S of the next one and store the finished tile after that
+// S's softmax, carrying the accumulators across tiles.
 //
 // Key tiles are walked from the last to the first, so a causal tile meets its masked key tiles
 // first and the rest run without mask arithmetic. Masks, fully masked rows (0 and an LSE of -inf)
@@ -133,6 +137,7 @@ template <class T, class V>
 struct Fwd {
   static constexpr int kD = V::d, kBM = V::bm, kBN = V::bn, kStages = V::stages;
   static constexpr int kQBufs = V::q_bufs;  // 2: the next tile's Q lands while this one runs
+  static constexpr bool kDefer = V::defer;  // a tile's last P V runs with the next tile's first S
   static constexpr int kConsumers = kBM / 64;
   static constexpr int kDB = kD / 64;  // 64-column (128-byte) blocks of the head dim
   static constexpr int kQBytes = kBM * kD * 2, kKVBytes = kBN * kD * 2;
@@ -338,11 +343,63 @@ struct Fwd {
     named_sync(kOwnBar + wg, 128);
   }
 
-  // One query tile of this consumer's 64 rows. `it` / `tq`: the ring position and Q loads so
-  // far (the producer's order); each round takes this consumer's turn at the tensor cores and
-  // hands it to the other.
+  // Where a consumer's rows of a tile go: the output of its head and sequence, and position 0
+  // of them in p.lse.
+  struct Dest {
+    uint8_t* o;
+    int64_t lse;
+    int row0, sq;
+  };
+
+  // A consumer's registers across its tiles. With kDefer, o / pf / pmx / psum / to belong to the
+  // pending tile (pend) from the end of its last round until the next tile's first round has
+  // issued its last P V.
+  struct Acc {
+    float o[kO];
+    uint32_t pf[kP];
+    float mx[2], sum[2];
+    uint32_t it, tq;  // key tiles through the K / V ring and Q loads so far (the producer's order)
+    bool pend;
+    float pmx[2], psum[2];
+    Dest to;
+  };
+
+  static __device__ __forceinline__ void issue_pv(uint32_t smem, uint32_t stage, Acc& a) {
+    const uint64_t vd = smem_desc(smem + kVOff + stage * kKVBytes, kBN * 128, 1024);
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) mma_rs<T, kD>(a.o, a.pf + 4 * kk, vd + (kk * 2048 >> 4));
+  }
+
+  // The pending tile's epilogue once its last P V has completed; o starts over at 0.
+  static __device__ __forceinline__ void retire(const ak_attention_params& p, uint32_t smem,
+                                                Acc& a) {
+    if (threadIdx.x % 32 == 0) bar_arrive(Bars(smem).v_empty + 8 * ((a.it - 1) % kStages));
+    store(p, a.to, a.o, a.pmx, a.psum);
+#pragma unroll
+    for (int i = 0; i < kO; ++i) a.o[i] = 0.f;
+    a.pend = false;
+  }
+
+  // The pending tile's last P V alone: no next tile to pair it with.
+  static __device__ __forceinline__ void flush(const ak_attention_params& p, uint32_t smem,
+                                               Acc& a) {
+    if (!a.pend) return;
+    fence_acc(a.o);
+    fence_acc(a.pf);
+    wgmma_fence();
+    issue_pv(smem, (a.it - 1) % kStages, a);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(a.o);
+    retire(p, smem, a);
+  }
+
+  // One query tile of this consumer's 64 rows; each round takes this consumer's turn at the
+  // tensor cores and hands it to the other. A tile's last P V runs alone after its last round,
+  // then the epilogue; with kDefer, it is issued with the next tile's first S instead (a whole
+  // turn where there would be two half ones) and the epilogue runs after that S's softmax.
   static __device__ __forceinline__ void tile(const ak_attention_params& p, const Work& w,
-                                              uint32_t smem, uint32_t& it, uint32_t& tq) {
+                                              uint32_t smem, Acc& a) {
     const Bars bar(smem);
     const int wg = threadIdx.x / 128 - 1, other = 1 - wg;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
@@ -350,14 +407,25 @@ struct Fwd {
     const int row0 = wg_lo + warp * 16 + lane / 4;  // and row0 + 8
     const int n = w.t_hi - w.t_lo;
     const bool varlen = p.flags & kVarlen;
-    float o[kO];
+    auto dest = [&]() {
+      return Dest{w.s.o + w.head * p.o_sh * 2,
+                  (varlen ? w.s.q0 : w.b * p.lse_sb) + w.head * p.lse_sh, row0, w.s.sq};
+    };
+    if constexpr (!kDefer) {
 #pragma unroll
-    for (int i = 0; i < kO; ++i) o[i] = 0.f;
-    float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f}, alpha[2];
+      for (int i = 0; i < kO; ++i) a.o[i] = 0.f;
+    }
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) a.mx[h] = -INFINITY, a.sum[h] = 0.f;
+    if (kDefer && n == 0) {
+      flush(p, smem, a);  // o is 0 again: the rows that see no key
+      store(p, dest(), a.o, a.mx, a.sum);
+      return;
+    }
     if (n > 0) {
       float s[kS];
-      uint32_t pf[kP];
-      const uint32_t qi = tq % kQBufs;
+      const uint32_t qi = a.tq % kQBufs, it = a.it;
       const uint64_t qd = smem_desc(smem + qi * kQBytes + wg * 64 * 128, 16, 1024);
       auto issue_s = [&](uint32_t stage) {
         const uint64_t kd = smem_desc(smem + kKOff + stage * kKVBytes, 16, 1024);
@@ -370,102 +438,133 @@ struct Fwd {
           }
         }
       };
-      auto issue_pv = [&](uint32_t stage) {
-        const uint64_t vd = smem_desc(smem + kVOff + stage * kKVBytes, kBN * 128, 1024);
-#pragma unroll
-        for (int kk = 0; kk < kBN / 16; ++kk) mma_rs<T, kD>(o, pf + 4 * kk, vd + (kk * 2048 >> 4));
-      };
       auto release = [&](uint32_t b) {
         if (lane == 0) bar_arrive(b);
       };
       auto to_p = [&]() {
 #pragma unroll
-        for (int i = 0; i < kP; ++i) pf[i] = pack2<T>(s[2 * i], s[2 * i + 1]);
+        for (int i = 0; i < kP; ++i) a.pf[i] = pack2<T>(s[2 * i], s[2 * i + 1]);
       };
       auto v_ready = [&](int i) {
         const uint32_t stage = (it + i) % kStages;
         bar_wait(bar.v_full + 8 * stage, ((it + i) / kStages) & 1);
         if (varlen) clip_v(w, w.t_hi - 1 - i, smem + kVOff + stage * kKVBytes, wg);
       };
+      auto first_softmax = [&]() {
+        fence_acc(s);
+        release(bar.k_empty + 8 * (it % kStages));
+        if (n == 1) release(bar.q_empty + 8 * qi);
+        softmax(p, w, w.t_hi - 1, wg_lo, row0, s, a.mx, a.sum, alpha);
+      };
 
-      bar_wait(bar.q_full + 8 * qi, (tq / kQBufs) & 1);
+      bar_wait(bar.q_full + 8 * qi, (a.tq / kQBufs) & 1);
       bar_wait(bar.k_full + 8 * (it % kStages), (it / kStages) & 1);
       named_sync(kTurnBar + wg, 256);
       fence_acc(s);
-      wgmma_fence();
-      issue_s(it % kStages);
-      wgmma_commit();
-      named_arrive(kTurnBar + other, 256);
-      wgmma_wait<0>();
-      fence_acc(s);
-      release(bar.k_empty + 8 * (it % kStages));
-      if (n == 1) release(bar.q_empty + 8 * qi);
-      softmax(p, w, w.t_hi - 1, wg_lo, row0, s, mx, sum, alpha);
-      to_p();
+      // Each case whole in its own branch: with the wgmmas and their waits under two tests of
+      // one flag, ptxas cannot pair them and serializes every wgmma.
+      if (kDefer && a.pend) {
+        fence_acc(a.o);
+        fence_acc(a.pf);
+        wgmma_fence();
+        issue_s(it % kStages);
+        wgmma_commit();
+        issue_pv(smem, (it - 1) % kStages, a);
+        wgmma_commit();
+        named_arrive(kTurnBar + other, 256);
+        wgmma_wait<1>();
+        first_softmax();
+        wgmma_wait<0>();
+        fence_acc(a.o);
+        fence_acc(a.pf);
+        retire(p, smem, a);
+        to_p();
+      } else {
+        wgmma_fence();
+        issue_s(it % kStages);
+        wgmma_commit();
+        named_arrive(kTurnBar + other, 256);
+        wgmma_wait<0>();
+        first_softmax();
+        to_p();
+      }
       for (int i = 1; i < n; ++i) {
         const uint32_t stage = (it + i) % kStages, prev = (it + i - 1) % kStages;
         bar_wait(bar.k_full + 8 * stage, ((it + i) / kStages) & 1);
         v_ready(i - 1);
         named_sync(kTurnBar + wg, 256);
         fence_acc(s);
-        fence_acc(o);
-        fence_acc(pf);
+        fence_acc(a.o);
+        fence_acc(a.pf);
         wgmma_fence();
         issue_s(stage);
         wgmma_commit();
-        issue_pv(prev);
+        issue_pv(smem, prev, a);
         wgmma_commit();
         named_arrive(kTurnBar + other, 256);
         wgmma_wait<1>();  // S(i) has landed; P(i - 1) V(i - 1) may still run
         fence_acc(s);
         release(bar.k_empty + 8 * stage);
         if (i == n - 1) release(bar.q_empty + 8 * qi);  // the producer may refill this Q buffer
-        softmax(p, w, w.t_hi - 1 - i, wg_lo, row0, s, mx, sum, alpha);
+        softmax(p, w, w.t_hi - 1 - i, wg_lo, row0, s, a.mx, a.sum, alpha);
         // Once a row's max settles, alpha is exactly 1 and the rescale is skipped (warp-
         // uniformly). The branch also keeps the wait for P(i - 1) V(i - 1) behind the softmax:
         // without one, ptxas hoists the wait above it and the two no longer overlap.
         if (__any_sync(~0u, alpha[0] != 1.f || alpha[1] != 1.f)) {
           wgmma_wait<0>();
-          fence_acc(o);
-          fence_acc(pf);
+          fence_acc(a.o);
+          fence_acc(a.pf);
 #pragma unroll
-          for (int i2 = 0; i2 < kO; ++i2) o[i2] *= alpha[(i2 / 2) % 2];
+          for (int i2 = 0; i2 < kO; ++i2) a.o[i2] *= alpha[(i2 / 2) % 2];
         } else {
           wgmma_wait<0>();
-          fence_acc(o);
-          fence_acc(pf);
+          fence_acc(a.o);
+          fence_acc(a.pf);
         }
         release(bar.v_empty + 8 * prev);
         to_p();
       }
-      const uint32_t last = (it + n - 1) % kStages;
       v_ready(n - 1);
-      fence_acc(o);
-      fence_acc(pf);
+      a.it += n;
+      ++a.tq;
+      if constexpr (kDefer) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) a.pmx[h] = a.mx[h], a.psum[h] = a.sum[h];
+        a.to = dest();
+        a.pend = true;
+        return;
+      }
+      fence_acc(a.o);
+      fence_acc(a.pf);
       wgmma_fence();
-      issue_pv(last);
+      issue_pv(smem, (it + n - 1) % kStages, a);
       wgmma_commit();
       wgmma_wait<0>();
-      fence_acc(o);
-      release(bar.v_empty + 8 * last);
-      it += n;
-      ++tq;
+      fence_acc(a.o);
+      release(bar.v_empty + 8 * ((it + n - 1) % kStages));
     }
-    store(p, w, row0, o, mx, sum);
+    store(p, dest(), a.o, a.mx, a.sum);
   }
 
-  static __device__ __forceinline__ void store(const ak_attention_params& p, const Work& w,
-                                               int row0, float (&o)[kO], const float (&mx)[2],
+  static __device__ __forceinline__ void store(const ak_attention_params& p, const Dest& to,
+                                               float (&o)[kO], const float (&mx)[2],
                                                const float (&sum)[2]) {
     constexpr float kLn2 = 0.693147180559945309f;
     const int t4 = threadIdx.x % 4, d = p.d;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = row0 + 8 * h;
+      const int row = to.row0 + 8 * h;
       const float total = quad_sum(sum[h]);
-      if (row >= w.s.sq) continue;
-      const float inv = total > 0.f ? 1.f / total : 0.f;
-      uint8_t* orow = w.s.o + row * p.o_ss * 2 + w.head * p.o_sh * 2;
+      if (row >= to.sq) continue;
+      float inv = 0.f;
+      if constexpr (kDefer) {
+        // rcp.approx (1 ulp): 1.f / total has a slow path that is a call, whose clobbers would
+        // spill the next tile's registers live beside a pending tile's epilogue.
+        if (total > 0.f) asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(inv) : "f"(total));
+      } else {
+        inv = total > 0.f ? 1.f / total : 0.f;
+      }
+      uint8_t* orow = to.o + row * p.o_ss * 2;
 #pragma unroll
       for (int j = 0; j < kD / 8; ++j) {
         const int col = 8 * j + 2 * t4;
@@ -476,8 +575,7 @@ struct Fwd {
       }
       if (t4 == 0 && (p.flags & kWriteLse)) {
         const float lse = total > 0.f ? (mx[h] + __log2f(total)) * kLn2 : -INFINITY;
-        const int64_t at = (p.flags & kVarlen) ? w.s.q0 : w.b * p.lse_sb;
-        static_cast<float*>(p.lse)[at + w.head * p.lse_sh + row] = lse;
+        static_cast<float*>(p.lse)[to.lse + row] = lse;
       }
     }
   }
@@ -515,8 +613,13 @@ struct Fwd {
     // first takes the second's last hand-over at the end, so both named barriers end balanced.
     const int wg = threadIdx.x / 128 - 1;
     if (wg == 1) named_arrive(kTurnBar, 256);
-    uint32_t it = 0, tq = 0;
-    for_each_tile(p, [&](const Work& w) { tile(p, w, smem, it, tq); });
+    Acc a;
+#pragma unroll
+    for (int i = 0; i < kO; ++i) a.o[i] = 0.f;
+    a.it = a.tq = 0;
+    a.pend = false;
+    for_each_tile(p, [&](const Work& w) { tile(p, w, smem, a); });
+    if constexpr (kDefer) flush(p, smem, a);
     if (wg == 0) named_sync(kTurnBar, 256);
   }
 };
