@@ -354,7 +354,7 @@ FA3_TILES = [
     Tile("fa3_d64", "fa3", 0, 64, 128, 128, 384, 165376),
     Tile("fa3_d64_n192", "fa3", 0, 64, 128, 192, 384, 181760, 2048),
     Tile("fa3_d128_defer", "fa3", 0, 128, 128, 128, 384, 198144),
-    Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 198144, 1024),
+    Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 198144, 2048),
     Tile("fa3_d128_n176", "fa3", 0, 128, 128, 176, 384, 214528, 16384),
     Tile("fa3_d256", "fa3", 0, 256, 128, 64, 384, 198144),
     Tile("fa3_d256_n80", "fa3", 0, 256, 128, 80, 384, 230912, 8192),
@@ -665,8 +665,8 @@ def test_fa3_varlen_grid_one_cta_per_unit() -> None:
     [
         (64, 2047, "fa3_d64"),
         (64, 2048, "fa3_d64_n192"),
-        (128, 1023, "fa3_d128_defer"),
-        (128, 1024, "fa3_d128"),
+        (128, 2047, "fa3_d128_defer"),
+        (128, 2048, "fa3_d128"),
         (128, 8192, "fa3_d128"),
         (128, 16384, "fa3_d128_n176"),
         (256, 4096, "fa3_d256"),
@@ -864,12 +864,12 @@ def test_persistent_grid_many_units(d: int, causal: bool, window: tuple[int, int
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(("d", "sk"), [(64, 2047), (64, 2048), (128, 1023), (128, 1024)])
-def test_key_length_bounds_of_schedules(dtype: str, d: int, sk: int) -> None:
-    """Key lengths on both sides of a bound between fa3 variants (arch_matrix.toml min_keys: the
-    deferred last P V below it, another schedule or key tile from it on; on the fa2 path, the same
-    calls on FA2): causal, window, softcap, GQA, the LSE, bitwise repeats; a varlen batch whose
-    longest sequence has sk keys."""
+@pytest.mark.parametrize(("d", "sk"), [(64, 2047), (64, 2048), (128, 2047), (128, 2048)])
+def test_key_length_bounds_of_variants(dtype: str, d: int, sk: int) -> None:
+    """Key lengths on both sides of a bound between the fa3 variants of a head dim (arch_matrix.toml
+    min_keys: d 64's 128- and 192-key tiles, d 128's deferred and plain schedules; on the fa2
+    path, the same calls on FA2): causal, window, softcap, GQA, the LSE, bitwise repeats; a varlen
+    batch whose longest sequence has sk keys."""
     torch = _torch()
     torch.manual_seed(d + sk)
     dt = getattr(torch, dtype)
