@@ -353,7 +353,8 @@ TILES = [
 FA3_TILES = [
     Tile("fa3_d64", "fa3", 0, 64, 128, 128, 384, 165376),
     Tile("fa3_d64_n192", "fa3", 0, 64, 128, 192, 384, 181760, 2048),
-    Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 198144),
+    Tile("fa3_d128_defer", "fa3", 0, 128, 128, 128, 384, 198144),
+    Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 198144, 2048),
     Tile("fa3_d128_n176", "fa3", 0, 128, 128, 176, 384, 214528, 16384),
     Tile("fa3_d256", "fa3", 0, 256, 128, 64, 384, 198144),
     Tile("fa3_d256_n80", "fa3", 0, 256, 128, 80, 384, 230912, 8192),
@@ -629,7 +630,13 @@ def test_fa3_refusals() -> None:
 
 @pytest.mark.parametrize(
     ("d", "variant"),
-    [(64, "fa3_d64"), (72, "fa3_d128"), (128, "fa3_d128"), (136, "fa3_d256"), (32, "fa2_d64")],
+    [
+        (64, "fa3_d64"),
+        (72, "fa3_d128_defer"),
+        (128, "fa3_d128_defer"),
+        (136, "fa3_d256"),
+        (32, "fa2_d64"),
+    ],
 )
 def test_fa3_variant_by_head_dim(d: int, variant: str) -> None:
     q = meta((2, 1000, 8, d))
@@ -650,7 +657,7 @@ def test_fa3_varlen_grid_one_cta_per_unit() -> None:
     p = validate_varlen(vq, vq, vq, cu, cu, 1000, 1000, False, None, None, None, False)
     cfg = configure(p, vq.strides, FA3_TILES, sms=48)
     # 8 query tiles of 128 rows: 4 pairs, for each of 8 heads and 4 sequences
-    assert cfg.tile.name == "fa3_d128" and cfg.grid == (4 * 8 * 4, 1, 1)
+    assert cfg.tile.name == "fa3_d128_defer" and cfg.grid == (4 * 8 * 4, 1, 1)
 
 
 @pytest.mark.parametrize(
@@ -658,6 +665,8 @@ def test_fa3_varlen_grid_one_cta_per_unit() -> None:
     [
         (64, 2047, "fa3_d64"),
         (64, 2048, "fa3_d64_n192"),
+        (128, 2047, "fa3_d128_defer"),
+        (128, 2048, "fa3_d128"),
         (128, 8192, "fa3_d128"),
         (128, 16384, "fa3_d128_n176"),
         (256, 4096, "fa3_d256"),
@@ -665,8 +674,8 @@ def test_fa3_varlen_grid_one_cta_per_unit() -> None:
     ],
 )
 def test_fa3_key_tile_by_key_length(d: int, sk: int, variant: str) -> None:
-    """The widest key tile whose min_keys the key length reaches (the query length plays no
-    part)."""
+    """The variant with the largest min_keys the key length reaches: the deferred schedule for
+    short keys, wider key tiles for long ones (the query length plays no part)."""
     q, kv = meta((1, 300, 8, d)), meta((1, sk, 8, d))
     p = validate_dense(q, kv, kv, True, None, None, None, False)
     assert configure(p, q.strides, FA3_TILES).tile.name == variant
@@ -679,9 +688,9 @@ def test_runner_fa3(monkeypatch: pytest.MonkeyPatch) -> None:
     q, k, v = qkv(b=2, sq=300, sk=500, h=8, hkv=2, d=128)
     ak.attention(q, k, v, causal=True, return_lse=True)
     (ln,) = gpu.launches
-    assert ln["symbol"] == "ak_attn_fwd_f16_fa3_d128" and ln["grid"] == (32, 1, 1)
+    assert ln["symbol"] == "ak_attn_fwd_f16_fa3_d128_defer" and ln["grid"] == (32, 1, 1)
     assert ln["block"] == (384, 1, 1) and ln["flags"] == 32
-    assert ln["smem"] == gpu.family.variants["fa3_d128"]["smem"]
+    assert ln["smem"] == gpu.family.variants["fa3_d128_defer"]["smem"]
     off = gpu.family.field_offsets
     ptr_index = {n: i for i, n in enumerate(gpu.ptr_names)}
     tq, tk, tv = ln["tmaps"]
@@ -830,6 +839,55 @@ def test_wide_key_tiles(d: int, sk: int, causal: bool) -> None:
     torch.manual_seed(sk + d)
     q, k, v = (rand(1, n, 2, d, dtype=torch.bfloat16) for n in (300, sk, sk))
     check(q, k, v, causal=causal)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize(
+    ("causal", "window"), [(False, None), (True, None), (False, (200, 100)), (True, (300, 0))]
+)
+def test_persistent_grid_many_units(d: int, causal: bool, window: tuple[int, int] | None) -> None:
+    """More work units than SMs, so that each CTA of fa3's persistent grid walks several (and
+    reads the next one's inputs ahead); 5 query tiles of 128 per head, the middle one unpaired;
+    GQA; bitwise equal when repeated."""
+    torch = _torch()
+    torch.manual_seed(d + 7 * causal)
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    h, hkv, n = 4, 2, 600
+    b = -(-2 * sms // (3 * h))  # 3 units per (sequence, head): twice the SMs
+    q = rand(b, n, h, d, dtype=torch.bfloat16)
+    k, v = (rand(b, n, hkv, d, dtype=torch.bfloat16) for _ in range(2))
+    check(q, k, v, causal=causal, window=window)
+    first = ak.attention(q, k, v, causal=causal, window=window)
+    assert torch.equal(first, ak.attention(q, k, v, causal=causal, window=window))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("d", "sk"), [(64, 2047), (64, 2048), (128, 2047), (128, 2048)])
+def test_key_length_bounds_of_variants(dtype: str, d: int, sk: int) -> None:
+    """Key lengths on both sides of a bound between the fa3 variants of a head dim (arch_matrix.toml
+    min_keys: d 64's 128- and 192-key tiles, d 128's deferred and plain schedules; on the fa2
+    path, the same calls on FA2): causal, window, softcap, GQA, the LSE, bitwise repeats; a varlen
+    batch whose longest sequence has sk keys."""
+    torch = _torch()
+    torch.manual_seed(d + sk)
+    dt = getattr(torch, dtype)
+    q = rand(3, 700, 8, d, dtype=dt)
+    k, v = (rand(3, sk, 2, d, dtype=dt) for _ in range(2))
+    for kw in ({}, {"causal": True}, {"window": (300, 200)}, {"causal": True, "softcap": 30.0}):
+        check(q, k, v, **kw)
+        assert torch.equal(ak.attention(q, k, v, **kw), ak.attention(q, k, v, **kw))
+    lens = [300, 0, sk, 1, sk - 129]
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    vq, vk, vv = (rand(sum(lens), h, d, dtype=dt) for h in (8, 2, 2))
+    out, lse = ak.attention_varlen(vq, vk, vv, cu, cu, sk, sk, causal=True, return_lse=True)
+    for i, n in enumerate(lens):
+        at = slice(cu[i].item(), cu[i + 1].item())
+        if n:
+            ref, ref_lse = reference(vq[None, at], vk[None, at], vv[None, at], causal=True)
+            torch.testing.assert_close(out[at].float(), ref[0], **tol(dt))
+            torch.testing.assert_close(lse[:, at], ref_lse[0], **LSE_TOL)
 
 
 @pytest.mark.gpu

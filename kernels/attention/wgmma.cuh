@@ -25,6 +25,10 @@
 // together, then S(j + 1)'s softmax runs while P(j) V(j) is still on the tensor cores
 // (intra-warpgroup overlap). The two consumers take turns issuing their wgmmas (two named
 // barriers): while one runs its softmax, the other's GEMMs have the tensor cores (ping-pong).
+// At a tile boundary, a consumer's first S and last P V have nothing of its own to overlap
+// with: variants with `defer` (for short keys, where a query tile has few key tiles) issue the
+// last P V of a tile with the first S of the next one and store the finished tile after that
+// S's softmax, carrying the accumulators across tiles (tile_deferred).
 //
 // Key tiles are walked from the last to the first, so a causal tile meets its masked key tiles
 // first and the rest run without mask arithmetic. Masks, fully masked rows (0 and an LSE of -inf)
@@ -133,6 +137,7 @@ template <class T, class V>
 struct Fwd {
   static constexpr int kD = V::d, kBM = V::bm, kBN = V::bn, kStages = V::stages;
   static constexpr int kQBufs = V::q_bufs;  // 2: the next tile's Q lands while this one runs
+  static constexpr bool kDefer = V::defer;  // a tile's last P V runs with the next tile's first S
   static constexpr int kConsumers = kBM / 64;
   static constexpr int kDB = kD / 64;  // 64-column (128-byte) blocks of the head dim
   static constexpr int kQBytes = kBM * kD * 2, kKVBytes = kBN * kD * 2;
@@ -454,6 +459,223 @@ struct Fwd {
     store(p, w, row0, o, mx, sum);
   }
 
+  // The deferred schedule (kDefer): a tile's last P V is issued with the next tile's first S, in
+  // one turn where tile() has two half ones (S(0) alone, the last P V alone), and the finished
+  // tile is stored after that S's softmax. It is tile()'s schedule with another first round and
+  // end, written out in full: sharing tile()'s code (helpers, or one function with the deferred
+  // parts under if constexpr) changed the SASS ptxas makes of tile() for every variant, and of
+  // this schedule, with speed moving by a few per cent either way; written apart, tile()
+  // compiles as it did before this schedule existed.
+
+  // Where a consumer's rows of a tile go: the output of its head and sequence, and position 0
+  // of them in p.lse.
+  struct Dest {
+    uint8_t* o;
+    int64_t lse;
+    int row0, sq;
+  };
+
+  // A consumer's registers across its tiles: o / pf / pmx / psum / to belong to the pending tile
+  // (pend) from the end of its last round until the next tile's first round has run its P V.
+  struct State {
+    float o[kO];
+    uint32_t pf[kP];
+    float mx[2], sum[2], pmx[2], psum[2];
+    uint32_t it, tq;  // key tiles through the K / V ring and Q loads so far (the producer's order)
+    bool pend;
+    Dest to;
+  };
+
+  static __device__ __forceinline__ void pv_of(uint32_t smem, uint32_t stage, State& st) {
+    const uint64_t vd = smem_desc(smem + kVOff + stage * kKVBytes, kBN * 128, 1024);
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      mma_rs<T, kD>(st.o, st.pf + 4 * kk, vd + (kk * 2048 >> 4));
+    }
+  }
+
+  // store() for the pending tile, whose Work is gone.
+  static __device__ __forceinline__ void store_to(const ak_attention_params& p, const Dest& to,
+                                                  float (&o)[kO], const float (&mx)[2],
+                                                  const float (&sum)[2]) {
+    constexpr float kLn2 = 0.693147180559945309f;
+    const int t4 = threadIdx.x % 4, d = p.d;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = to.row0 + 8 * h;
+      const float total = quad_sum(sum[h]);
+      if (row >= to.sq) continue;
+      // rcp.approx (1 ulp): 1.f / total has a slow path that is a call, whose clobbers would
+      // spill the next tile's registers, live beside the pending tile's epilogue.
+      float inv = 0.f;
+      if (total > 0.f) asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(inv) : "f"(total));
+      uint8_t* orow = to.o + row * p.o_ss * 2;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        const int col = 8 * j + 2 * t4;
+        if (col < d) {
+          *reinterpret_cast<uint32_t*>(orow + col * 2) =
+              pack2<T>(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+        }
+      }
+      if (t4 == 0 && (p.flags & kWriteLse)) {
+        const float lse = total > 0.f ? (mx[h] + __log2f(total)) * kLn2 : -INFINITY;
+        static_cast<float*>(p.lse)[to.lse + row] = lse;
+      }
+    }
+  }
+
+  // The pending tile's epilogue once its last P V has completed; o starts over at 0.
+  static __device__ __forceinline__ void retire(const ak_attention_params& p, uint32_t smem,
+                                                State& st) {
+    if (threadIdx.x % 32 == 0) bar_arrive(Bars(smem).v_empty + 8 * ((st.it - 1) % kStages));
+    store_to(p, st.to, st.o, st.pmx, st.psum);
+#pragma unroll
+    for (int i = 0; i < kO; ++i) st.o[i] = 0.f;
+    st.pend = false;
+  }
+
+  // The pending tile's last P V alone: no next tile to pair it with.
+  static __device__ __forceinline__ void flush(const ak_attention_params& p, uint32_t smem,
+                                               State& st) {
+    if (!st.pend) return;
+    fence_acc(st.o);
+    fence_acc(st.pf);
+    wgmma_fence();
+    pv_of(smem, (st.it - 1) % kStages, st);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(st.o);
+    retire(p, smem, st);
+  }
+
+  static __device__ __forceinline__ void tile_deferred(const ak_attention_params& p, const Work& w,
+                                                       uint32_t smem, State& st) {
+    const Bars bar(smem);
+    const int wg = threadIdx.x / 128 - 1, other = 1 - wg;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+    const int wg_lo = w.m0 + wg * 64;
+    const int row0 = wg_lo + warp * 16 + lane / 4;
+    const int n = w.t_hi - w.t_lo;
+    const bool varlen = p.flags & kVarlen;
+    if (w.m0 >= w.s.sq) return;  // a varlen tile past its sequence: no rows
+    Dest to;
+    to.o = w.s.o + w.head * p.o_sh * 2;
+    to.lse = (varlen ? w.s.q0 : w.b * p.lse_sb) + w.head * p.lse_sh;
+    to.row0 = row0;
+    to.sq = w.s.sq;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) st.mx[h] = -INFINITY, st.sum[h] = 0.f;
+    if (n == 0) {  // rows that see no key: 0, with an LSE of -inf
+      flush(p, smem, st);
+      store_to(p, to, st.o, st.mx, st.sum);
+      return;
+    }
+    float s[kS], alpha[2];
+    const uint32_t qi = st.tq % kQBufs, it = st.it;
+    const uint64_t qd = smem_desc(smem + qi * kQBytes + wg * 64 * 128, 16, 1024);
+    auto release = [&](uint32_t b) {
+      if (lane == 0) bar_arrive(b);
+    };
+    auto issue_s = [&](uint32_t stage) {
+      const uint64_t kd = smem_desc(smem + kKOff + stage * kKVBytes, 16, 1024);
+#pragma unroll
+      for (int j = 0; j < kDB; ++j) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          mma_ss<T, kBN>(s, qd + ((j * kBM * 128 + kk * 32) >> 4),
+                         kd + ((j * kBN * 128 + kk * 32) >> 4), (j | kk) != 0);
+        }
+      }
+    };
+    auto to_p = [&]() {
+#pragma unroll
+      for (int i = 0; i < kP; ++i) st.pf[i] = pack2<T>(s[2 * i], s[2 * i + 1]);
+    };
+    auto v_ready = [&](int i) {
+      const uint32_t stage = (it + i) % kStages;
+      bar_wait(bar.v_full + 8 * stage, ((it + i) / kStages) & 1);
+      if (varlen) clip_v(w, w.t_hi - 1 - i, smem + kVOff + stage * kKVBytes, wg);
+    };
+    auto first = [&]() {
+      fence_acc(s);
+      release(bar.k_empty + 8 * (it % kStages));
+      if (n == 1) release(bar.q_empty + 8 * qi);
+      softmax(p, w, w.t_hi - 1, wg_lo, row0, s, st.mx, st.sum, alpha);
+    };
+    bar_wait(bar.q_full + 8 * qi, (st.tq / kQBufs) & 1);
+    bar_wait(bar.k_full + 8 * (it % kStages), (it / kStages) & 1);
+    named_sync(kTurnBar + wg, 256);
+    fence_acc(s);
+    // Each case whole in its own branch, to_p included: with the wgmmas and their waits under
+    // two tests of one flag, or the branches merging before to_p, ptxas serializes every wgmma.
+    if (st.pend) {
+      fence_acc(st.o);
+      fence_acc(st.pf);
+      wgmma_fence();
+      issue_s(it % kStages);
+      wgmma_commit();
+      pv_of(smem, (it - 1) % kStages, st);
+      wgmma_commit();
+      named_arrive(kTurnBar + other, 256);
+      wgmma_wait<1>();
+      first();
+      wgmma_wait<0>();
+      fence_acc(st.o);
+      fence_acc(st.pf);
+      retire(p, smem, st);
+      to_p();
+    } else {
+      wgmma_fence();
+      issue_s(it % kStages);
+      wgmma_commit();
+      named_arrive(kTurnBar + other, 256);
+      wgmma_wait<0>();
+      first();
+      to_p();
+    }
+    for (int i = 1; i < n; ++i) {
+      const uint32_t stage = (it + i) % kStages, prev = (it + i - 1) % kStages;
+      bar_wait(bar.k_full + 8 * stage, ((it + i) / kStages) & 1);
+      v_ready(i - 1);
+      named_sync(kTurnBar + wg, 256);
+      fence_acc(s);
+      fence_acc(st.o);
+      fence_acc(st.pf);
+      wgmma_fence();
+      issue_s(stage);
+      wgmma_commit();
+      pv_of(smem, prev, st);
+      wgmma_commit();
+      named_arrive(kTurnBar + other, 256);
+      wgmma_wait<1>();
+      fence_acc(s);
+      release(bar.k_empty + 8 * stage);
+      if (i == n - 1) release(bar.q_empty + 8 * qi);
+      softmax(p, w, w.t_hi - 1 - i, wg_lo, row0, s, st.mx, st.sum, alpha);
+      if (__any_sync(~0u, alpha[0] != 1.f || alpha[1] != 1.f)) {
+        wgmma_wait<0>();
+        fence_acc(st.o);
+        fence_acc(st.pf);
+#pragma unroll
+        for (int i2 = 0; i2 < kO; ++i2) st.o[i2] *= alpha[(i2 / 2) % 2];
+      } else {
+        wgmma_wait<0>();
+        fence_acc(st.o);
+        fence_acc(st.pf);
+      }
+      release(bar.v_empty + 8 * prev);
+      to_p();
+    }
+    v_ready(n - 1);  // ready (varlen: clipped) for the next tile's first round
+    st.it += n;
+    ++st.tq;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) st.pmx[h] = st.mx[h], st.psum[h] = st.sum[h];
+    st.to = to;
+    st.pend = true;
+  }
+
   static __device__ __forceinline__ void store(const ak_attention_params& p, const Work& w,
                                                int row0, float (&o)[kO], const float (&mx)[2],
                                                const float (&sum)[2]) {
@@ -515,8 +737,18 @@ struct Fwd {
     // first takes the second's last hand-over at the end, so both named barriers end balanced.
     const int wg = threadIdx.x / 128 - 1;
     if (wg == 1) named_arrive(kTurnBar, 256);
-    uint32_t it = 0, tq = 0;
-    for_each_tile(p, [&](const Work& w) { tile(p, w, smem, it, tq); });
+    if constexpr (kDefer) {
+      State st;
+#pragma unroll
+      for (int i = 0; i < kO; ++i) st.o[i] = 0.f;
+      st.it = st.tq = 0;
+      st.pend = false;
+      for_each_tile(p, [&](const Work& w) { tile_deferred(p, w, smem, st); });
+      flush(p, smem, st);
+    } else {
+      uint32_t it = 0, tq = 0;
+      for_each_tile(p, [&](const Work& w) { tile(p, w, smem, it, tq); });
+    }
     if (wg == 0) named_sync(kTurnBar, 256);
   }
 };

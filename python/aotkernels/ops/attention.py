@@ -25,9 +25,11 @@ Variant choice (``_pick``): for ``attention_decode`` the dec variant, otherwise 
 variant of ``_PATH_ORDER`` present in the loaded image whose d is at least the head dim, fa3 only
 for the calls it takes (``fa3_refusal``: ``attention`` / ``attention_varlen`` with head dims
 64 .. 256, operands a TMA map can describe, no GQA group short enough for FA2 to pack).
-Variants of one path and head dim may differ in their key tile: the one with the largest
-``min_keys`` (arch_matrix.toml) that the key length reaches runs (a wider key tile amortizes the
-per-tile softmax work on long sequences, and wastes a partial last tile on short ones).
+Variants of one path and head dim may differ in their key tile or schedule: the one with the
+largest ``min_keys`` (arch_matrix.toml) that the key length reaches runs (a wider key tile
+amortizes the per-tile softmax work on long sequences, and wastes a partial last tile on short
+ones; fa3's ``defer`` schedule saves a fixed cost per query tile, which shows where a query tile
+has few key tiles).
 ``AOTKERNELS_ATTENTION_PATH`` forces a prefill path: ``fa2``, or ``fa3``, which raises for a call
 fa3 cannot take, decode included (tests run every path a GPU can run).
 """
@@ -94,7 +96,7 @@ class Tile(NamedTuple):
     bn: int
     threads: int
     smem: int
-    min_keys: int = 0  # serves key lengths from this one up (a longer key tile, fa3)
+    min_keys: int = 0  # serves key lengths from this one up (fa3: a longer key tile, a schedule)
 
 
 class Problem(NamedTuple):
