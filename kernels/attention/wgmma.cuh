@@ -462,10 +462,11 @@ struct Fwd {
   // The deferred schedule (kDefer): a tile's last P V is issued with the next tile's first S, in
   // one turn where tile() has two half ones (S(0) alone, the last P V alone), and the finished
   // tile is stored after that S's softmax. It is tile()'s schedule with another first round and
-  // end, written out in full: sharing tile()'s code (helpers, or one function with the deferred
-  // parts under if constexpr) changed the SASS ptxas makes of tile() for every variant, and of
-  // this schedule, with speed moving by a few per cent either way; written apart, tile()
-  // compiles as it did before this schedule existed.
+  // end, written out in full (tile_deferred repeats tile()'s rounds, store_to store()'s row
+  // writes): sharing the code (helpers, or one function with the deferred parts under if
+  // constexpr) changed the SASS ptxas makes of tile() for the other variants, and of this
+  // schedule, with speed moving by a few per cent either way; written apart, tile() compiles as
+  // it did before this schedule existed.
 
   // Where a consumer's rows of a tile go: the output of its head and sequence, and position 0
   // of them in p.lse.

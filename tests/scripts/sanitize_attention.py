@@ -32,6 +32,11 @@ def main() -> None:
             for kw in ({}, {"causal": True}, {"window": (5, 3)}, {"softcap": 10.0}):
                 close(ak.attention(q, k, v, **kw), reference(q, k, v, **kw)[0], dt)
             close(ak.attention(q[:, :3], k, v), reference(q[:, :3], k, v)[0], dt)  # packed GQA
+        # Three query tiles of 128 per head: a unit of two and one alone, so that a CTA runs two
+        # tiles in a row (fa3's deferred schedule carries a tile's last P V into the next).
+        q = torch.randn(1, 300, 2, 128, device=dev, dtype=dt)
+        k, v = (torch.randn(1, 300, 2, 128, device=dev, dtype=dt) for _ in range(2))
+        close(ak.attention(q, k, v, causal=True), reference(q, k, v, causal=True)[0], dt)
         lq, lk = [0, 5, 33, 1], [3, 0, 70, 1]
         cq = torch.tensor([0, 0, 5, 38, 39], device=dev, dtype=torch.int32)
         ck = torch.tensor([0, 3, 3, 73, 74], device=dev, dtype=torch.int32)
