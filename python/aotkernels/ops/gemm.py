@@ -131,6 +131,19 @@ int8 8192^3                1367     1385       982
 fp8 block 8192^3           1021     1084       1316
 =========================  =======  =========  =======
 
+The two rows where the cluster looked ahead were re-measured on an H200 (2026-11-28,
+``tools/gemm_sweep.py`` three times, the two tiles' order alternated; TFLOP/s of each sweep):
+no difference beyond the spread, so the table still does not pick it.
+
+=========================  ==================  ==================  ==================
+M x N x K                  128x256             128x256c2           cuBLAS
+=========================  ==================  ==================  ==================
+fp8 block 4096^3           1061, 1062, 1062    1052, 1051, 1053    1254, 1252, 1252
+fp8 block 8192^3           961, 1002, 961      988, 962, 1008      1331, 1331, 1166
+int8 4096^3                1208, 1208, 1222    1214, 1142, 1240    784, 736, 795
+int8 8192^3                1370, 1317, 1395    1366, 1388, 1386    921, 931, 925
+=========================  ==================  ==================  ==================
+
 fp8 accumulation (``scaled_mm``'s ``use_fast_accum``, as ``torch._scaled_mm``'s): Hopper's fp8
 wgmma adds into its accumulators with reduced precision. With the default False, the wgmma path
 sums each 128-wide block of K (one pipeline stage) in fresh registers and adds it into the f32
