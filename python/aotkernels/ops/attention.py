@@ -504,14 +504,13 @@ def _tiles(fam: Any, dtype: str) -> list[Tile]:
     return out
 
 
-def _pick(
-    op: str, tiles: Sequence[Tile], d: int, dtype: str, where: str, p: Problem, masked: bool
-) -> Tile:
-    """The first tile (path order, then d) with d' >= d; among those of its path and d whose
-    ``min_queries`` the query length reaches, the one with the largest ``min_keys``
-    (``min_keys_masked`` for a ``masked`` call: causal or windowed) that the key length
-    reaches."""
+def _pick(p: Problem, tiles: Sequence[Tile], where: str) -> Tile:
+    """The first tile (path order, then d) with d' >= the head dim; among those of its path and
+    d whose ``min_queries`` the query length reaches, the one with the largest ``min_keys``
+    (``min_keys_masked`` for a causal or windowed call) that the key length reaches."""
+    op, d, dtype = p.op, p.d, p.dtype
     decode = int(op == "attention_decode")
+    masked = p.window != (_UNBOUNDED, _UNBOUNDED)
 
     def least(u: Tile) -> int:
         return u.min_keys if not masked or u.min_keys_masked is None else u.min_keys_masked
@@ -549,8 +548,7 @@ def configure(
     and every varlen call: one per work unit)."""
     if fa3_refusal(p) is not None:
         tiles = [t for t in tiles if t.path != "fa3"]
-    masked = p.window != (_UNBOUNDED, _UNBOUNDED)
-    tile = _pick(p.op, tiles, p.d, p.dtype, where, p, masked)
+    tile = _pick(p, tiles, where)
     group = p.heads // p.kv_heads
     decode = p.op == "attention_decode"
     if decode and tile.bm != _DECODE_ROWS:
