@@ -34,6 +34,7 @@ from aotkernels.ops.attention import (
     decode_splits,
     fa3_maps,
     fa3_refusal,
+    fa3_units,
     validate_decode,
     validate_dense,
     validate_varlen,
@@ -352,7 +353,7 @@ TILES = [
 ]
 FA3_TILES = [
     Tile("fa3_d64", "fa3", 0, 64, 128, 128, 384, 165376),
-    Tile("fa3_d64_n192", "fa3", 0, 64, 128, 192, 384, 181760, 2048),
+    Tile("fa3_d64_m192", "fa3", 0, 64, 192, 128, 512, 181760, 1, 2048, 192),
     Tile("fa3_d128_defer", "fa3", 0, 128, 128, 128, 384, 198144),
     Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 198144, 2048),
     Tile("fa3_d128_n176", "fa3", 0, 128, 128, 176, 384, 214528, 16384),
@@ -629,23 +630,23 @@ def test_fa3_refusals() -> None:
 
 
 @pytest.mark.parametrize(
-    ("d", "variant"),
+    ("d", "variant", "units", "block"),
     [
-        (64, "fa3_d64"),
-        (72, "fa3_d128_defer"),
-        (128, "fa3_d128_defer"),
-        (136, "fa3_d256"),
-        (32, "fa2_d64"),
+        (64, "fa3_d64_m192", 48, 512),  # 6 tiles of 192 rows: 3 pairs
+        (72, "fa3_d128_defer", 64, 384),  # 8 tiles of 128 rows: 4 pairs
+        (128, "fa3_d128_defer", 64, 384),
+        (136, "fa3_d256", 64, 384),
+        (32, "fa2_d64", 0, 0),
     ],
 )
-def test_fa3_variant_by_head_dim(d: int, variant: str) -> None:
+def test_fa3_variant_by_head_dim(d: int, variant: str, units: int, block: int) -> None:
     q = meta((2, 1000, 8, d))
     p = validate_dense(q, q, q, False, None, None, None, False)
     cfg = configure(p, q.strides, FA3_TILES)
     assert cfg.tile.name == variant
     if variant.startswith("fa3"):
-        # one CTA per pair of query tiles (8 tiles, 8 heads, 2 sequences) without an SM count
-        assert cfg.grid == (64, 1, 1) and cfg.block == 384 and cfg.fields["flags"] & 16 == 0
+        # one CTA per pair of query tiles (for 8 heads, 2 sequences) without an SM count
+        assert cfg.grid == (units, 1, 1) and cfg.block == block and cfg.fields["flags"] & 16 == 0
         sms = configure(p, q.strides, FA3_TILES, sms=48)
         assert sms.grid == (48, 1, 1)  # persistent: at most one CTA per SM
 
@@ -660,11 +661,28 @@ def test_fa3_varlen_grid_one_cta_per_unit() -> None:
     assert cfg.tile.name == "fa3_d128_defer" and cfg.grid == (4 * 8 * 4, 1, 1)
 
 
+def test_fa3_units_of_192_row_tiles() -> None:
+    """With 192-row tiles (three consumer warpgroups) an odd tile count pairs the middle tiles
+    of two (head, sequence) rows; 128-row tiles keep a unit per middle tile (wgmma.cuh's
+    for_each_tile)."""
+    q, kv = meta((3, 512, 5, 64)), meta((3, 4096, 5, 64))
+    p = validate_dense(q, kv, kv, True, None, None, None, False)
+    assert fa3_units(p, 192) == 15 + 8  # 3 tiles: a pair per row, 15 rows' middles in 8 units
+    assert fa3_units(p, 128) == 2 * 15  # 4 tiles: two pairs per row
+    cfg = configure(p, q.strides, FA3_TILES)
+    assert cfg.tile.name == "fa3_d64_m192" and cfg.grid == (23, 1, 1) and cfg.block == 512
+    assert configure(p, q.strides, FA3_TILES, sms=16).grid == (16, 1, 1)
+    q = meta((2, 768, 4, 64))  # 4 tiles of 192: two pairs per row
+    assert fa3_units(validate_dense(q, q, q, False, None, None, None, False), 192) == 2 * 8
+    q = meta((2, 300, 4, 64))  # 3 tiles of 128: a pair and a middle tile per row
+    assert fa3_units(validate_dense(q, q, q, False, None, None, None, False), 128) == 2 * 8
+
+
 @pytest.mark.parametrize(
     ("d", "sk", "variant"),
     [
         (64, 2047, "fa3_d64"),
-        (64, 2048, "fa3_d64_n192"),
+        (64, 2048, "fa3_d64_m192"),
         (128, 2047, "fa3_d128_defer"),
         (128, 2048, "fa3_d128"),
         (128, 8192, "fa3_d128"),
@@ -675,9 +693,34 @@ def test_fa3_varlen_grid_one_cta_per_unit() -> None:
 )
 def test_fa3_key_tile_by_key_length(d: int, sk: int, variant: str) -> None:
     """The variant with the largest min_keys the key length reaches: the deferred schedule for
-    short keys, wider key tiles for long ones (the query length plays no part)."""
+    short keys, wider key tiles for long ones (300 causal queries: past every min_queries, and
+    min_keys_masked where given)."""
     q, kv = meta((1, 300, 8, d)), meta((1, sk, 8, d))
     p = validate_dense(q, kv, kv, True, None, None, None, False)
+    assert configure(p, q.strides, FA3_TILES).tile.name == variant
+
+
+@pytest.mark.parametrize(
+    ("sq", "sk", "causal", "window", "variant"),
+    [
+        (300, 1, False, None, "fa3_d64_m192"),
+        (300, 2047, True, None, "fa3_d64"),
+        (300, 2048, True, None, "fa3_d64_m192"),
+        (300, 2047, False, (300, 200), "fa3_d64"),
+        (300, 2047, False, (-1, 5), "fa3_d64"),
+        (300, 2048, False, (-1, 5), "fa3_d64_m192"),
+        (191, 4096, False, None, "fa3_d64"),
+        (192, 4096, False, None, "fa3_d64_m192"),
+        (191, 4096, True, None, "fa3_d64"),
+    ],
+)
+def test_fa3_d64_query_tile_by_mask_and_lengths(
+    sq: int, sk: int, causal: bool, window: tuple[int, int] | None, variant: str
+) -> None:
+    """d 64's 192-row query tile: min_keys_masked replaces its min_keys for calls with a causal
+    mask or a window on either side; min_queries keeps it from queries shorter than one tile."""
+    q, kv = meta((1, sq, 8, 64)), meta((1, sk, 8, 64))
+    p = validate_dense(q, kv, kv, causal, None, window, None, False)
     assert configure(p, q.strides, FA3_TILES).tile.name == variant
 
 
@@ -867,9 +910,9 @@ def test_persistent_grid_many_units(d: int, causal: bool, window: tuple[int, int
 @pytest.mark.parametrize(("d", "sk"), [(64, 2047), (64, 2048), (128, 2047), (128, 2048)])
 def test_key_length_bounds_of_variants(dtype: str, d: int, sk: int) -> None:
     """Key lengths on both sides of a bound between the fa3 variants of a head dim (arch_matrix.toml
-    min_keys: d 64's 128- and 192-key tiles, d 128's deferred and plain schedules; on the fa2
-    path, the same calls on FA2): causal, window, softcap, GQA, the LSE, bitwise repeats; a varlen
-    batch whose longest sequence has sk keys."""
+    min_keys: d 64's 128- and 192-row query tiles for masked calls, d 128's deferred and plain
+    schedules; on the fa2 path, the same calls on FA2): causal, window, softcap, GQA, the LSE,
+    bitwise repeats; a varlen batch whose longest sequence has sk keys."""
     torch = _torch()
     torch.manual_seed(d + sk)
     dt = getattr(torch, dtype)
@@ -888,6 +931,56 @@ def test_key_length_bounds_of_variants(dtype: str, d: int, sk: int) -> None:
             ref, ref_lse = reference(vq[None, at], vk[None, at], vv[None, at], causal=True)
             torch.testing.assert_close(out[at].float(), ref[0], **tol(dt))
             torch.testing.assert_close(lse[:, at], ref_lse[0], **LSE_TOL)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    ("sq", "sk"), [(191, 191), (193, 150), (400, 450), (577, 577), (700, 2100)]
+)
+@pytest.mark.parametrize("causal", [False, True])
+def test_query_tiles_of_three_consumers(dtype: str, sq: int, sk: int, causal: bool) -> None:
+    """d 64 query lengths off a multiple of 192, on both sides of the 192-row query tile's
+    bounds (three consumer warpgroups of 64, arch_matrix.toml: 192 queries, and 2048 keys for a
+    causal call), so that the last tile of a sequence has one or two warpgroups without a row;
+    Sq != Sk (the causal mask aligned bottom-right); GQA, the LSE, bitwise repeats (on the fa2
+    path, the same calls on FA2)."""
+    torch = _torch()
+    torch.manual_seed(sq + 3 * sk + causal)
+    dt = getattr(torch, dtype)
+    q = rand(2, sq, 6, 64, dtype=dt)
+    k, v = (rand(2, sk, 2, 64, dtype=dt) for _ in range(2))
+    check(q, k, v, causal=causal)
+    assert torch.equal(ak.attention(q, k, v, causal=causal), ak.attention(q, k, v, causal=causal))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_many_sequences_d64(causal: bool) -> None:
+    """A varlen batch of 24 sequences whose lengths straddle multiples of 64 and 192 (the fa3
+    d 64 query tile and its consumers' rows), keys longer or shorter than queries, one CTA per
+    work unit; each sequence against the fp32 reference, the LSE too."""
+    torch = _torch()
+    torch.manual_seed(11 + causal)
+    dt = torch.bfloat16
+    lq = [1, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 383, 384, 385, 400, 577]
+    lq += [0, 1000, 2, 190, 194, 31]
+    lk = [n + (37 * i) % 101 - 40 if n > 50 else n for i, n in enumerate(lq)]
+    h, hkv, d = 4, 2, 64
+    cq = torch.tensor([0, *torch.tensor(lq).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    ck = torch.tensor([0, *torch.tensor(lk).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    q = rand(sum(lq), h, d, dtype=dt)
+    k, v = (rand(sum(lk), hkv, d, dtype=dt) for _ in range(2))
+    args = (q, k, v, cq, ck, max(lq), max(lk))
+    out, lse = ak.attention_varlen(*args, causal=causal, return_lse=True)
+    assert torch.equal(out, ak.attention_varlen(*args, causal=causal))
+    for i in range(len(lq)):
+        qs, ks = slice(cq[i].item(), cq[i + 1].item()), slice(ck[i].item(), ck[i + 1].item())
+        if lq[i] == 0:
+            continue
+        ref, ref_lse = reference(q[None, qs], k[None, ks], v[None, ks], causal=causal)
+        torch.testing.assert_close(out[qs].float(), ref[0], **tol(dt))
+        torch.testing.assert_close(lse[:, qs], ref_lse[0], **LSE_TOL)
 
 
 @pytest.mark.gpu

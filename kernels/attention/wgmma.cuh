@@ -3,15 +3,19 @@
 // causal / windows, softcap, LSE); paged KV and split-KV decode stay on the FA2 path (the op
 // layer never picks this one for them).
 //
-// Each CTA walks a static list of query tiles of bm = 128 rows (for_each_tile): for dense calls
-// the grid is persistent (at most one CTA per SM), for varlen ones it has one CTA per work unit
-// (the op layer decides: the units of a mixed batch differ in size); 3 warpgroups:
+// Each CTA walks a static list of query tiles of bm = 64 x consumers rows (for_each_tile): for
+// dense calls the grid is persistent (at most one CTA per SM), for varlen ones it has one CTA per
+// work unit (the op layer decides: the units of a mixed batch differ in size); 1 + consumers
+// warpgroups:
 //   warpgroup 0   producer: one thread issues the TMA boxes (setmaxnreg.dec: it needs almost no
 //                 registers): per query tile Q, then K and V of each key tile into a ring of
 //                 `stages` buffers that runs on across tiles (the next tile's K / V land while
 //                 the current one finishes), K(j) and V(j) behind separate barriers so S(j) can
 //                 start before V(j) lands.
-//   warpgroups 1, 2   consumers (setmaxnreg.inc): consumer c owns query rows [64 c, 64 c + 64).
+//   warpgroups 1 .. consumers   consumers (setmaxnreg.inc): consumer c owns query rows
+//                 [64 c, 64 c + 64). Two (bm 128), or three (bm 192) where a 64-row consumer's
+//                 GEMMs are short next to its softmax (d 64): a third warpgroup's softmax then
+//                 overlaps the other two's GEMMs.
 //
 // Tiles in shared memory are the TMA boxes as they land: rows of 64 elements (128 bytes) of the
 // head dim, 128B-swizzled, one block of rows per 64 columns of d. S = Q K^T is a wgmma with both
@@ -23,8 +27,9 @@
 //
 // Scheduling, per consumer and key tile j: the wgmmas of S(j + 1) and O += P(j) V(j) are issued
 // together, then S(j + 1)'s softmax runs while P(j) V(j) is still on the tensor cores
-// (intra-warpgroup overlap). The two consumers take turns issuing their wgmmas (two named
-// barriers): while one runs its softmax, the other's GEMMs have the tensor cores (ping-pong).
+// (intra-warpgroup overlap). The consumers take turns issuing their wgmmas, round-robin (one
+// named barrier each): while one runs its softmax, the others' GEMMs have the tensor cores
+// (ping-pong).
 // At a tile boundary, a consumer's first S and last P V have nothing of its own to overlap
 // with: variants with `defer` (for short keys, where a query tile has few key tiles) issue the
 // last P V of a tile with the first S of the next one and store the finished tile after that
@@ -59,21 +64,13 @@ namespace ak::attention::fa3 {
   "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
   "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "  \
   "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87}"
-#define AK_FA3_D96                                                                              \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
-  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
-  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
-  "%56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, "  \
-  "%74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, "  \
-  "%92, %93, %94, %95}"
 
 // d (m64 x kN f32) = a * b (+ d unless scale_d == 0): one k16 step, A and B from shared memory,
 // both K-major. kN: the key tile widths of the variants.
 template <class T, int kN>
 __device__ __forceinline__ void mma_ss(float (&d)[kN / 2], uint64_t a, uint64_t b,
                                        uint32_t scale_d) {
-  static_assert(kN == 64 || kN == 80 || kN == 128 || kN == 176 || kN == 192,
-                "S tile widths of this path");
+  static_assert(kN == 64 || kN == 80 || kN == 128 || kN == 176, "S tile widths of this path");
 #define AK_FA3_SS_T(N, TYPE, DREGS, IA, IB, IS, ...)                                              \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" IS                                            \
                ", 0;\n"                                                                           \
@@ -94,8 +91,6 @@ __device__ __forceinline__ void mma_ss(float (&d)[kN / 2], uint64_t a, uint64_t 
   AK_FA3_SS(128, AK_WG_D64, "64", "65", "66", AK_WG_ACC64("+f", 0))
   AK_FA3_SS(176, AK_FA3_D88, "88", "89", "90", AK_WG_ACC64("+f", 0), AK_WG_ACC8("+f", 64),
             AK_WG_ACC8("+f", 72), AK_WG_ACC8("+f", 80))
-  AK_FA3_SS(192, AK_FA3_D96, "96", "97", "98", AK_WG_ACC64("+f", 0), AK_WG_ACC8("+f", 64),
-            AK_WG_ACC8("+f", 72), AK_WG_ACC8("+f", 80), AK_WG_ACC8("+f", 88))
 #undef AK_FA3_SS_T
 #undef AK_FA3_SS
 }
@@ -147,12 +142,16 @@ struct Fwd {
   static constexpr int kBarOff = kVOff + kStages * kKVBytes;
   static constexpr int kSmemUsed = kBarOff + (2 * kQBufs + 4 * kStages) * 8 + 1024;  // + align
   static constexpr int kS = kBN / 2, kO = kD / 2, kP = kBN / 4;  // registers per thread
-  // setmaxnreg: 2 consumers x 128 x 232 + 128 x 40 = 64512 of the 64K-register file.
-  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-  // Named barriers: 1, 2 the consumers' turns at the tensor cores; 3, 4 each consumer alone.
-  static constexpr int kTurnBar = 1, kOwnBar = 3;
+  // setmaxnreg: 2 consumers x 128 x 232 + 128 x 40 = 64512 of the 64K-register file; 3 x 128 x
+  // 160 + 128 x 32 = 65536 (bm 192: S, P and O of a 128-key tile take 128 of the 160).
+  static constexpr int kProducerRegs = kConsumers == 2 ? 40 : 32;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 160;
+  // Named barriers: kTurnBar + c consumer c's turn at the tensor cores, kOwnBar + c consumer c
+  // alone.
+  static constexpr int kTurnBar = 1, kOwnBar = kTurnBar + kConsumers;
 
-  static_assert(kConsumers == 2, "the ping-pong schedule pairs two consumer warpgroups");
+  static_assert(kConsumers == 2 || kConsumers == 3, "two or three consumer warpgroups");
+  static_assert(!kDefer || kConsumers == 2, "the deferred schedule runs with two consumers");
   static_assert(V::threads == 128 * (kConsumers + 1), "one producer warpgroup");
   static_assert(kD % 64 == 0 && kBN % 16 == 0 && kBN <= 256, "tile shapes");
   static_assert(kSmemUsed <= V::smem, "pipeline does not fit the variant's shared memory");
@@ -174,6 +173,15 @@ struct Fwd {
           v_full(k_empty + 8 * kStages),
           v_empty(v_full + 8 * kStages) {}
   };
+
+  // The consumer whose turn follows consumer wg's (round-robin).
+  static __device__ __forceinline__ int next_of(int wg) {
+    if constexpr (kConsumers == 2) {
+      return 1 - wg;
+    } else {
+      return wg + 1 == kConsumers ? 0 : wg + 1;
+    }
+  }
 
   static __device__ __forceinline__ Work work(const ak_attention_params& p, int mb, int head,
                                               int b) {
@@ -197,18 +205,43 @@ struct Fwd {
   // the later tile first. A causal pair holds M + 1 key tiles whatever mb is, so the static
   // round-robin stays balanced; consecutive units share a head, so the CTAs in flight read the
   // same K / V from L2. Results of a tile never depend on which CTA runs it.
+  //   With bm 192, M is odd at lengths of 2^k (3 tiles at 512): a middle tile alone would be a
+  // unit of half the work, and where gridDim.x is a multiple of the units per head the same CTAs
+  // get every such unit. There the units are the pairs of all heads, then the middle tiles of
+  // two consecutive (head, sequence) rows (fa3_units on the host counts them alike). bm 128
+  // keeps the first form: its tile counts at 2^k are even, and its code stays as measured.
   template <class F>
   static __device__ __forceinline__ void for_each_tile(const ak_attention_params& p, F&& f) {
     // One flat loop (both tiles of a unit decoded from u each time): less state stays live
     // across a tile.
     // Unsigned: units < 2^31 (the host's bound), so u + gridDim.x cannot wrap.
-    const uint32_t mbs = (p.seqlen_q + kBM - 1) / kBM, pairs = (mbs + 1) / 2;
-    const uint32_t heads = p.heads, units = pairs * heads * p.batch;
-    for (uint32_t u = blockIdx.x, second = 0; u < units; u += second ? gridDim.x : 0, second ^= 1) {
-      const uint32_t k = u % pairs, hb = u / pairs;
-      const uint32_t mb = second ? k : mbs - 1 - k;
-      if (second && mb == mbs - 1 - k) continue;  // the middle tile of an odd count: no pair
-      f(work(p, static_cast<int>(mb), static_cast<int>(hb % heads), static_cast<int>(hb / heads)));
+    const uint32_t mbs = (p.seqlen_q + kBM - 1) / kBM, heads = p.heads;
+    if constexpr (kConsumers == 2) {
+      const uint32_t pairs = (mbs + 1) / 2, units = pairs * heads * p.batch;
+      for (uint32_t u = blockIdx.x, second = 0; u < units;
+           u += second ? gridDim.x : 0, second ^= 1) {
+        const uint32_t k = u % pairs, hb = u / pairs;
+        const uint32_t mb = second ? k : mbs - 1 - k;
+        if (second && mb == mbs - 1 - k) continue;  // the middle tile of an odd count: no pair
+        f(work(p, static_cast<int>(mb), static_cast<int>(hb % heads),
+               static_cast<int>(hb / heads)));
+      }
+    } else {
+      const uint32_t half = mbs / 2, rows = heads * p.batch, paired = half * rows;
+      const uint32_t units = paired + (mbs % 2) * ((rows + 1) / 2);
+      for (uint32_t u = blockIdx.x, second = 0; u < units;
+           u += second ? gridDim.x : 0, second ^= 1) {
+        uint32_t mb = half, hb = 2 * (u - paired) + second;
+        if (u < paired) {
+          const uint32_t k = u % half;
+          mb = second ? k : mbs - 1 - k;
+          hb = u / half;
+        } else if (hb >= rows) {
+          continue;  // an odd row count: the last middle tile has no partner
+        }
+        f(work(p, static_cast<int>(mb), static_cast<int>(hb % heads),
+               static_cast<int>(hb / heads)));
+      }
     }
   }
 
@@ -345,11 +378,11 @@ struct Fwd {
 
   // One query tile of this consumer's 64 rows. `it` / `tq`: the ring position and Q loads so
   // far (the producer's order); each round takes this consumer's turn at the tensor cores and
-  // hands it to the other.
+  // hands it to the next consumer.
   static __device__ __forceinline__ void tile(const ak_attention_params& p, const Work& w,
                                               uint32_t smem, uint32_t& it, uint32_t& tq) {
     const Bars bar(smem);
-    const int wg = threadIdx.x / 128 - 1, other = 1 - wg;
+    const int wg = threadIdx.x / 128 - 1, next = next_of(wg);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
     const int wg_lo = w.m0 + wg * 64;
     const int row0 = wg_lo + warp * 16 + lane / 4;  // and row0 + 8
@@ -400,7 +433,7 @@ struct Fwd {
       wgmma_fence();
       issue_s(it % kStages);
       wgmma_commit();
-      named_arrive(kTurnBar + other, 256);
+      named_arrive(kTurnBar + next, 256);
       wgmma_wait<0>();
       fence_acc(s);
       release(bar.k_empty + 8 * (it % kStages));
@@ -420,7 +453,7 @@ struct Fwd {
         wgmma_commit();
         issue_pv(prev);
         wgmma_commit();
-        named_arrive(kTurnBar + other, 256);
+        named_arrive(kTurnBar + next, 256);
         wgmma_wait<1>();  // S(i) has landed; P(i - 1) V(i - 1) may still run
         fence_acc(s);
         release(bar.k_empty + 8 * stage);
@@ -553,7 +586,7 @@ struct Fwd {
   static __device__ __forceinline__ void tile_deferred(const ak_attention_params& p, const Work& w,
                                                        uint32_t smem, State& st) {
     const Bars bar(smem);
-    const int wg = threadIdx.x / 128 - 1, other = 1 - wg;
+    const int wg = threadIdx.x / 128 - 1, next = next_of(wg);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
     const int wg_lo = w.m0 + wg * 64;
     const int row0 = wg_lo + warp * 16 + lane / 4;
@@ -618,7 +651,7 @@ struct Fwd {
       wgmma_commit();
       pv_of(smem, (it - 1) % kStages, st);
       wgmma_commit();
-      named_arrive(kTurnBar + other, 256);
+      named_arrive(kTurnBar + next, 256);
       wgmma_wait<1>();
       first();
       wgmma_wait<0>();
@@ -630,7 +663,7 @@ struct Fwd {
       wgmma_fence();
       issue_s(it % kStages);
       wgmma_commit();
-      named_arrive(kTurnBar + other, 256);
+      named_arrive(kTurnBar + next, 256);
       wgmma_wait<0>();
       first();
       to_p();
@@ -648,7 +681,7 @@ struct Fwd {
       wgmma_commit();
       pv_of(smem, prev, st);
       wgmma_commit();
-      named_arrive(kTurnBar + other, 256);
+      named_arrive(kTurnBar + next, 256);
       wgmma_wait<1>();
       fence_acc(s);
       release(bar.k_empty + 8 * stage);
@@ -734,10 +767,10 @@ struct Fwd {
       return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs));
-    // Turns alternate, the first consumer first: the second hands it its first turn, and the
-    // first takes the second's last hand-over at the end, so both named barriers end balanced.
+    // Turns go round, the first consumer first: the last hands it its first turn, and the first
+    // takes the last's final hand-over at the end, so every named barrier ends balanced.
     const int wg = threadIdx.x / 128 - 1;
-    if (wg == 1) named_arrive(kTurnBar, 256);
+    if (wg == kConsumers - 1) named_arrive(kTurnBar, 256);
     if constexpr (kDefer) {
       State st;
 #pragma unroll

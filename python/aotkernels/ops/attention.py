@@ -25,11 +25,14 @@ Variant choice (``_pick``): for ``attention_decode`` the dec variant, otherwise 
 variant of ``_PATH_ORDER`` present in the loaded image whose d is at least the head dim, fa3 only
 for the calls it takes (``fa3_refusal``: ``attention`` / ``attention_varlen`` with head dims
 64 .. 256, operands a TMA map can describe, no GQA group short enough for FA2 to pack).
-Variants of one path and head dim may differ in their key tile or schedule: the one with the
-largest ``min_keys`` (arch_matrix.toml) that the key length reaches runs (a wider key tile
-amortizes the per-tile softmax work on long sequences, and wastes a partial last tile on short
-ones; fa3's ``defer`` schedule saves a fixed cost per query tile, which shows where a query tile
-has few key tiles).
+Variants of one path and head dim may differ in their tiles or schedule: among those whose
+``min_queries`` (arch_matrix.toml) the query length reaches, the one with the largest
+``min_keys`` (``min_keys_masked`` for calls with a causal mask or a window, where given) that
+the key length reaches runs (a wider key tile amortizes the per-tile softmax work on long
+sequences, and wastes a partial last tile on short ones; fa3's ``defer`` schedule saves a fixed
+cost per query tile, which shows where a query tile has few key tiles; fa3's 192-row query tile
+at d 64 wastes more rows of a short sequence, and more keys above a causal diagonal, than the
+128-row one, and a sequence that does not fill it has nothing to gain).
 ``AOTKERNELS_ATTENTION_PATH`` forces a prefill path: ``fa2``, or ``fa3``, which raises for a call
 fa3 cannot take, decode included (tests run every path a GPU can run).
 """
@@ -59,6 +62,7 @@ __all__ = [
     "decode_splits",
     "fa3_maps",
     "fa3_refusal",
+    "fa3_units",
     "validate_decode",
     "validate_dense",
     "validate_varlen",
@@ -71,7 +75,7 @@ _PATH_ORDER = ("fa3", "fa2")
 _DECODE_PATH = "dec"
 _FA3_BOX = 64  # head-dim columns per TMA box (128 bytes: the swizzle span)
 _PACK_ROWS = 128  # FA2's prefill tiles: a GQA group with sq * group <= this is packed
-_FA3_ROWS = 128  # query rows of every fa3 tile: two consumer warpgroups of 64 rows
+_FA3_ROWS = (128, 192)  # query rows of the fa3 tiles: two or three consumer warpgroups of 64
 _MAX_SEQ = 2**31 - 1  # sequence positions are 32-bit in the kernel
 _UNBOUNDED = 2**62  # a window side without a limit
 _MAX_GRID_YZ = 65535
@@ -97,6 +101,8 @@ class Tile(NamedTuple):
     threads: int
     smem: int
     min_keys: int = 0  # serves key lengths from this one up (fa3: a longer key tile, a schedule)
+    min_keys_masked: int | None = None  # for calls with a causal mask or a window (None: min_keys)
+    min_queries: int = 0  # serves query lengths from this one up
 
 
 class Problem(NamedTuple):
@@ -452,7 +458,7 @@ def fa3_refusal(p: Problem) -> str | None:
         return f"head dim {p.d} is below the fa3 variants' 64"
     if min(p.rows) == 0:
         return "an empty q or k has no TMA map"
-    if fa3_units(p, _FA3_ROWS) > _MAX_GRID_X:
+    if fa3_units(p, min(_FA3_ROWS)) > _MAX_GRID_X:
         return "more query tiles than its 32-bit schedule counts"
     group = p.heads // p.kv_heads
     if group > 1 and p.sq * group <= _PACK_ROWS:
@@ -465,7 +471,7 @@ def fa3_refusal(p: Problem) -> str | None:
         extents = (1 if varlen else p.batch, rows, heads)
         if any(n > 1 and s == 0 for n, s in zip(extents, st, strict=True)):
             return f"{name} broadcasts a dimension (stride 0), which a TMA map cannot"
-    for m in fa3_maps(p, _FA3_ROWS, _FA3_ROWS):
+    for m in fa3_maps(p, max(_FA3_ROWS), max(_FA3_ROWS)):
         bad = _op.tensor_map_problem(m)
         if bad is not None:
             return f"the TMA map of {m.ptr_field} would be refused ({bad})"
@@ -486,20 +492,34 @@ def _tiles(fam: Any, dtype: str) -> list[Tile]:
         if forced and v["path"] not in (forced, _DECODE_PATH):
             continue
         ints = [int(v[key]) for key in ("decode", "d", "bm", "bn", "threads", "smem")]
-        out.append(Tile(name, str(v["path"]), *ints)._replace(min_keys=int(v.get("min_keys", 0))))
+        masked = v.get("min_keys_masked")
+        out.append(
+            Tile(name, str(v["path"]), *ints)._replace(
+                min_keys=int(v.get("min_keys", 0)),
+                min_keys_masked=None if masked is None else int(masked),
+                min_queries=int(v.get("min_queries", 0)),
+            )
+        )
     out.sort(key=lambda t: (order.index(t.path), t.d))
     return out
 
 
-def _pick(op: str, tiles: Sequence[Tile], d: int, dtype: str, where: str, keys: int) -> Tile:
-    """The first tile (path order, then d) with d' >= d; among those of its path and d, the one
-    with the largest ``min_keys`` that ``keys`` reaches."""
+def _pick(p: Problem, tiles: Sequence[Tile], where: str) -> Tile:
+    """The first tile (path order, then d) with d' >= the head dim; among those of its path and
+    d whose ``min_queries`` the query length reaches, the one with the largest ``min_keys``
+    (``min_keys_masked`` for a causal or windowed call) that the key length reaches."""
+    op, d, dtype = p.op, p.d, p.dtype
     decode = int(op == "attention_decode")
+    masked = p.window != (_UNBOUNDED, _UNBOUNDED)
+
+    def least(u: Tile) -> int:
+        return u.min_keys if not masked or u.min_keys_masked is None else u.min_keys_masked
+
     for t in tiles:
         if t.d >= d and t.decode == decode:
             same = [u for u in tiles if (u.path, u.d, u.decode) == (t.path, t.d, decode)]
-            fits = [u for u in same if u.min_keys <= keys]
-            return max(fits, key=lambda u: u.min_keys) if fits else t
+            fits = [u for u in same if least(u) <= p.sk and u.min_queries <= p.sq]
+            return max(fits, key=least) if fits else t
     raise NoKernelImageError(
         f"{op}: no {dtype_name(dtype)} attention kernel for head dim {d} on {where}; "
         f"{dtype_name(dtype)} needs tensor cores this GPU lacks (bf16: sm_80+)"
@@ -507,9 +527,13 @@ def _pick(op: str, tiles: Sequence[Tile], d: int, dtype: str, where: str, keys: 
 
 
 def fa3_units(p: Problem, bm: int) -> int:
-    """Work units of the fa3 kernel's persistent schedule: pairs of query tiles (the kernel's
-    for_each_tile) per head and sequence."""
-    return (math.ceil(p.sq / bm) + 1) // 2 * p.heads * p.batch
+    """Work units of the fa3 kernel's persistent schedule (the kernel's for_each_tile): pairs of
+    query tiles per head and sequence; with 192-row tiles and an odd tile count, the middle
+    tiles of two (head, sequence) rows make one unit instead of one each."""
+    tiles, rows = math.ceil(p.sq / bm), p.heads * p.batch
+    if bm == 192:
+        return tiles // 2 * rows + tiles % 2 * math.ceil(rows / 2)
+    return (tiles + 1) // 2 * rows
 
 
 def configure(
@@ -524,13 +548,13 @@ def configure(
     and every varlen call: one per work unit)."""
     if fa3_refusal(p) is not None:
         tiles = [t for t in tiles if t.path != "fa3"]
-    tile = _pick(p.op, tiles, p.d, p.dtype, where, p.sk)
+    tile = _pick(p, tiles, where)
     group = p.heads // p.kv_heads
     decode = p.op == "attention_decode"
     if decode and tile.bm != _DECODE_ROWS:
         raise AssertionError(f"{tile.name}: decode tiles must have {_DECODE_ROWS} rows")
-    if tile.path == "fa3" and tile.bm != _FA3_ROWS:
-        raise AssertionError(f"{tile.name}: fa3 tiles must have {_FA3_ROWS} rows")
+    if tile.path == "fa3" and tile.bm not in _FA3_ROWS:
+        raise AssertionError(f"{tile.name}: fa3 tiles must have 64 x 2 or 64 x 3 rows")
     # GQA packing: a group's query heads share the tile when the queries are too few to fill it
     # (always for decode): K/V are then read once per KV head.
     pack = tile.path != "fa3" and group > 1 and (decode or p.sq * group <= tile.bm)
