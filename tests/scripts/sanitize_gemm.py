@@ -193,9 +193,9 @@ if "wgmma" in paths:
     for tile in (v for v, info in fam.variants.items() if info.get("swap_ab")):
 
         def swapped(m: int, n: int, batch: int, sms: int, block: bool, a_kmajor: bool = True,
-                    tile: str = tile) -> str:  # fmt: skip
+                    *rest: Any, tile: str = tile) -> str:  # fmt: skip
             ok = batch == 1 and not block and a_kmajor
-            return tile if ok else table(m, n, batch, sms, block, a_kmajor)
+            return tile if ok else table(m, n, batch, sms, block, a_kmajor, *rest)
 
         gemm._wgmma_tile = swapped
         _op._PLANS.clear()

@@ -89,10 +89,12 @@ trip and the second launch cost more than the SMs they add. cuBLAS (its kernel n
 (128 CTAs, one wave). A 2-CTA cluster of 64 x 64 tiles multicasting their shared B tile was no
 faster (paired: fp8 128x4096x4096 342 against 347, bf16 259 against 262): not kept. The table
 against the previous one (main at 0614ad2: ``wg_64x128`` wherever 64 x 128 tiles filled more
-than half the SMs), same run, alternating, ratio to the anchor: fp8 128x14336x4096 0.84 ->
-0.95, bf16 0.93 -> 0.95 (kn 0.89 -> 0.94), int8 1.13 -> 1.25; fp8 128x8192x8192 0.94 -> 0.95,
-int8 1.63 -> 1.68; int8 1024^3 0.95 -> 1.04, fp8 0.88 -> 0.92. Every other row of the bench
-runs the kernel it ran before.
+than half the SMs), same run, alternating, ratio to the anchor (a second run of the final build
+in brackets): fp8 128x14336x4096 0.84 -> 0.95 (0.83 -> 0.94), bf16 0.93 -> 0.95 (0.88 ->
+0.96), kn 0.89 -> 0.94 (0.90 -> 0.93), int8 1.13 -> 1.25 (1.13 -> 1.24); int8 1024^3 0.95 ->
+1.04 (0.94 -> 1.03), fp8 0.88 -> 0.92 (0.88 -> 0.91); int8 128x8192x8192 1.63 -> 1.68 (1.60 ->
+1.65), fp8 0.94 -> 0.95 (0.94 -> 0.93: within the noise). Every other row of the bench runs the
+kernel it ran before.
 
 Swapped tiles (the variants whose ``swap_ab`` is set): the kernel computes d^T = b^T a^T, so N
 runs along wgmma's M (64 rows per consumer warpgroup) and M along its N (n16 / n32). A 64-row
