@@ -155,10 +155,12 @@ def swapped(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     picks: list[Any] = []
     variant = request.param
 
-    def tile(m: int, n: int, batch: int, sms: int, block: bool, a_kmajor: bool = True) -> str:
+    def tile(
+        m: int, n: int, batch: int, sms: int, block: bool, a_kmajor: bool = True, *rest: Any
+    ) -> str:
         if batch == 1 and not block and a_kmajor:
             return str(variant)
-        return table(m, n, batch, sms, block, a_kmajor)
+        return table(m, n, batch, sms, block, a_kmajor, *rest)
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         got = pick(*args, **kwargs)

@@ -55,7 +55,10 @@ def _bf16(m: int, n: int, k: int, layout: str = "kn", ld_a: int | None = None,
         (32, 4096, 14336, "kn", None, 0, "ak_matmul_bf16_wg_32x64t_kn", (64, 1, 1)),
         (48, 4096, 14336, "kk", None, 0, "ak_matmul_bf16_wg_64x128_kk", (64, 1, 1)),  # 2 splits
         (128, 4096, 4096, "kn", None, 0, "ak_matmul_bf16_wg_64x64_kn", (128, 1, 1)),
+        (96, 4096, 4096, "mk", None, 0, "ak_matmul_bf16_wg_64x64_mk", (128, 1, 1)),
         (128, 8192, 4096, "kn", None, 0, "ak_matmul_bf16_wg_64x128_kn", (128, 1, 1)),
+        (128, 14336, 4096, "kn", None, 0, "ak_matmul_bf16_wg_128x128_kn", (112, 1, 1)),  # 1 row
+        (96, 32000, 4096, "kk", None, 0, "ak_matmul_bf16_wg_128x128_kk", (132, 1, 1)),
         (1024, 14336, 4096, "kn", None, 0, "ak_matmul_bf16_wg_128x128_kn", (132, 1, 1)),  # fill
         (512, 512, 512, "kn", None, 0, "ak_matmul_bf16_wg_64x128_kn", (32, 1, 1)),  # few tiles
         (4096, 4096, 4095, "kn", None, 0, "ak_matmul_bf16_mma_128x128", (1024, 1, 1)),  # lda odd
@@ -93,6 +96,35 @@ def test_pick_sm90a_8bit(fake_gpu: FakeGpu, dtype: str, layout: str, symbol: str
     out = "int32" if dtype == "int8" else "bfloat16"
     ak.scaled_mm(*ab(4096, 4096, 4096, dtype, layout), out_dtype=out)
     assert fake_gpu.last.symbol == symbol
+
+
+@pytest.mark.parametrize(
+    ("dtype", "m", "n", "k", "scales", "variant"),
+    [
+        ("float8_e4m3fn", 128, 4096, 4096, "tensor", "wg_64x64"),
+        ("int8", 128, 4096, 14336, "none", "wg_64x64"),
+        ("float8_e4m3fn", 128, 8192, 8192, "tensor", "wg_128x64"),  # 8-bit: 2 x 64 columns
+        ("int8", 1024, 1024, 1024, "none", "wg_128x64"),
+        ("float8_e5m2", 128, 14336, 4096, "tensor", "wg_128x128"),
+        ("float8_e4m3fn", 128, 4096, 4096, "block", "wg_64x64"),  # block scales: as before
+        ("float8_e4m3fn", 128, 14336, 4096, "block", "wg_64x128"),
+        ("float8_e4m3fn", 1024, 1024, 1024, "block", "wg_64x128"),
+    ],
+)
+def test_pick_sm90a_8bit_few_tiles(
+    fake_gpu: FakeGpu, dtype: str, m: int, n: int, k: int, scales: str, variant: str
+) -> None:
+    """The tile table's picks for 8-bit operands where the tiles are few (M = 128, small
+    squares)."""
+    kb, nb = -(-k // 128), -(-n // 128)
+    sa = sb = None
+    if scales == "tensor":
+        sa, sb = f32((1,), SA_PTR), f32((1,), SB_PTR)
+    elif scales == "block":
+        sa, sb = f32((m, kb), SA_PTR), f32((nb, kb), SB_PTR)
+    out = "int32" if dtype == "int8" else "bfloat16"
+    ak.scaled_mm(*ab(m, n, k, dtype, "kk"), sa, sb, out_dtype=out)
+    assert fake_gpu.last.symbol.endswith(f"_{variant}_kk")
 
 
 def test_pick_forced_paths(fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch) -> None:

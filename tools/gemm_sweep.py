@@ -5,12 +5,15 @@ The data behind the tile table in python/aotkernels/ops/gemm.py. Each shape runs
 table picks it, beside the anchor (torch.matmul / torch._scaled_mm). Prints one line per shape and
 writes the TFLOP/s as JSON.
 
-    python3 tools/gemm_sweep.py [--dtypes bf16,fp8,fp8rowcol,fp8block,int8] [--set small|all]
+    python3 tools/gemm_sweep.py [--dtypes bf16,fp8,fp8fast,fp8rowcol,fp8block,int8]
+                                [--set small|all]
                                 [--shapes MxNxK,...] [--variants V,...] [--splits S,...]
-                                [--json out.json]
+                                [--layouts kk,kn] [--json out.json]
 
 ``--shapes`` replaces the set's shapes, ``--variants`` / ``--splits`` the candidates (int8 and
-the fp8 row/column and block scales never split).
+the fp8 row/column and block scales never split). ``--layouts``: b K-major (kk) and / or
+row-major (kn) for 16-bit operands (8-bit ones run kk only). fp8fast: fp8 per-tensor scales
+with ``use_fast_accum=True`` on both sides.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from typing import Any
 SMALL_M = (16, 128)
 LLM_NK = ((4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192))
 SPLITS = (1, 2, 3, 4, 6, 8)
-VARIANTS = ("wg_64x64", "wg_64x128", "wg_128x128", "wg_128x256", "wg_128x256c2")
+VARIANTS = (
+    "wg_64x64", "wg_64x128", "wg_128x64", "wg_128x128", "wg_128x256", "wg_128x256c2",
+)  # fmt: skip
 # fp8 with per-row/column or block scales: the large shapes their epilogue / main loop decide.
 LARGE = ((1024, 4096, 4096), (1024, 8192, 8192), (4096, 4096, 4096), (8192, 8192, 8192))
 
@@ -58,6 +63,7 @@ def main() -> None:
     ap.add_argument("--shapes", default=None, help="MxNxK,... instead of the set's shapes")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--splits", default=None, help="split counts to force (default: by shape)")
+    ap.add_argument("--layouts", default="kk", help="kk (b K-major), kn (b row-major): 16-bit")
     args = ap.parse_args()
     variants = tuple(args.variants.split(","))
     splits = tuple(int(x) for x in args.splits.split(",")) if args.splits else None
@@ -103,74 +109,87 @@ def main() -> None:
         _op._PLANS.clear()
 
     results = []
-    for dt in args.dtypes.split(","):
-        for m, n, k in given or shapes(dt, args.set):
-            item = 2 if dt in ("bf16", "f16") else 1
-            sets = input_sets((m + n) * k * item, 64)
-            if dt in ("bf16", "f16"):
-                tdt = getattr(torch, {"bf16": "bfloat16", "f16": "float16"}[dt])
-                a = [torch.randn(m, k, device="cuda", dtype=tdt) for _ in range(sets)]
+    todo = [
+        (dt, shape, lay)
+        for dt in args.dtypes.split(",")
+        for shape in given or shapes(dt, args.set)
+        for lay in args.layouts.split(",")
+        if lay == "kk" or dt in ("bf16", "f16")
+    ]
+    for dt, (m, n, k), lay in todo:
+        item = 2 if dt in ("bf16", "f16") else 1
+        sets = input_sets((m + n) * k * item, 64)
+        if dt in ("bf16", "f16"):
+            tdt = getattr(torch, {"bf16": "bfloat16", "f16": "float16"}[dt])
+            a = [torch.randn(m, k, device="cuda", dtype=tdt) for _ in range(sets)]
+            if lay == "kk":
                 b = [torch.randn(n, k, device="cuda", dtype=tdt).t() for _ in range(sets)]
-                ours = rotate(ak.matmul, a, b)
-                anchor = rotate(torch.matmul, a, b)
-            elif dt == "int8":
-                a = [torch.randint(-8, 8, (m, k), device="cuda", dtype=torch.int8)
-                     for _ in range(sets)]  # fmt: skip
-                b = [torch.randint(-8, 8, (n, k), device="cuda", dtype=torch.int8).t()
-                     for _ in range(sets)]  # fmt: skip
-
-                def ours_int8(x: Any, y: Any) -> Any:
-                    return ak.scaled_mm(x, y, out_dtype=torch.int32)
-
-                ours = rotate(ours_int8, a, b)
-                anchor = rotate(torch._int_mm, a, b)
             else:
-                f8 = torch.float8_e4m3fn
-                a = [torch.randn(m, k, device="cuda").to(f8) for _ in range(sets)]
-                b = [torch.randn(n, k, device="cuda").to(f8).t() for _ in range(sets)]
-                mode = {"fp8rowcol": "rowcol", "fp8block": "block"}.get(dt, "tensor")
-                sa, sb, tsa, tsb = _fp8_scales(torch, mode, GemmShape("llm", m, n, k))
+                b = [torch.randn(k, n, device="cuda", dtype=tdt) for _ in range(sets)]
+            ours = rotate(ak.matmul, a, b)
+            anchor = rotate(torch.matmul, a, b)
+        elif dt == "int8":
+            a = [torch.randint(-8, 8, (m, k), device="cuda", dtype=torch.int8)
+                 for _ in range(sets)]  # fmt: skip
+            b = [torch.randint(-8, 8, (n, k), device="cuda", dtype=torch.int8).t()
+                 for _ in range(sets)]  # fmt: skip
 
-                def ours_fn(x: Any, y: Any, sa: Any = sa, sb: Any = sb) -> Any:
-                    return ak.scaled_mm(x, y, sa, sb, out_dtype=torch.bfloat16)
+            def ours_int8(x: Any, y: Any) -> Any:
+                return ak.scaled_mm(x, y, out_dtype=torch.int32)
 
-                def anchor_fn(x: Any, y: Any, sa: Any = tsa, sb: Any = tsb) -> Any:
-                    return torch._scaled_mm(x, y, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+            ours = rotate(ours_int8, a, b)
+            anchor = rotate(torch._int_mm, a, b)
+        else:
+            f8 = torch.float8_e4m3fn
+            a = [torch.randn(m, k, device="cuda").to(f8) for _ in range(sets)]
+            b = [torch.randn(n, k, device="cuda").to(f8).t() for _ in range(sets)]
+            mode = {"fp8rowcol": "rowcol", "fp8block": "block"}.get(dt, "tensor")
+            sa, sb, tsa, tsb = _fp8_scales(torch, mode, GemmShape("llm", m, n, k))
+            fast = dt == "fp8fast"
 
-                ours = rotate(ours_fn, a, b)
-                anchor = rotate(anchor_fn, a, b)
-            flops = 2 * m * n * k
-            force(None, None)
-            ref = ours(0).float()
-            row: dict[str, Any] = {"dtype": dt, "M": m, "N": n, "K": k, "TFLOPS": {}, "err": {}}
+            def ours_fn(x: Any, y: Any, sa: Any = sa, sb: Any = sb, fast: bool = fast) -> Any:
+                return ak.scaled_mm(x, y, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+
+            def anchor_fn(x: Any, y: Any, sa: Any = tsa, sb: Any = tsb, fast: bool = fast) -> Any:
+                return torch._scaled_mm(
+                    x, y, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, use_fast_accum=fast
+                )
+
+            ours = rotate(ours_fn, a, b)
+            anchor = rotate(anchor_fn, a, b)
+        flops = 2 * m * n * k
+        force(None, None)
+        ref = ours(0).float()
+        row: dict[str, Any] = {"dtype": dt, "M": m, "N": n, "K": k, "b": lay, "TFLOPS": {},
+                               "err": {}}  # fmt: skip
+        try:
+            row["TFLOPS"]["anchor"] = round(flops / median_ms(anchor, args.reps, 2) / 1e9, 1)
+        except RuntimeError as e:
+            row["TFLOPS"]["anchor"] = None
+            print(f"anchor failed: {e}", file=sys.stderr)
+        for v, s in candidates(m, n, variants, splits):
+            if dt in ("fp8rowcol", "fp8block", "int8") and s > 1:
+                continue
+            force(v, s)
             try:
-                row["TFLOPS"]["anchor"] = round(flops / median_ms(anchor, args.reps, 2) / 1e9, 1)
-            except RuntimeError as e:
-                row["TFLOPS"]["anchor"] = None
-                print(f"anchor failed: {e}", file=sys.stderr)
-            for v, s in candidates(m, n, variants, splits):
-                if dt in ("fp8rowcol", "fp8block", "int8") and s > 1:
-                    continue
-                force(v, s)
-                try:
-                    y = ours(0).float()
-                    err = ((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
-                    t = median_ms(ours, args.reps, 2)
-                except Exception as e:  # a candidate that fails is reported, the sweep goes on
-                    print(f"{dt} {m}x{n}x{k} {v}/s{s} failed: {e}", file=sys.stderr)
-                    continue
-                row["TFLOPS"][f"{v}/s{s}"] = round(flops / t / 1e9, 1)
-                row["err"][f"{v}/s{s}"] = float(f"{err:.2e}")
-            force(None, None)
-            row["TFLOPS"]["table"] = round(flops / median_ms(ours, args.reps, 2) / 1e9, 1)
-            tf = row["TFLOPS"]
-            best = max((x for x in tf if "/" in x), key=lambda x: tf[x])
-            print(f"{dt:9s} {m:5d}x{n:5d}x{k:5d} anchor {tf['anchor']} table {tf['table']} "
-                  f"best {best} {tf[best]} | " + " ".join(f"{x}={y}" for x, y in tf.items()
-                                                          if "/" in x), flush=True)  # fmt: skip
-            results.append(row)
-            del a, b, ours, anchor
-            torch.cuda.empty_cache()
+                y = ours(0).float()
+                err = ((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+                t = median_ms(ours, args.reps, 2)
+            except Exception as e:  # a candidate that fails is reported, the sweep goes on
+                print(f"{dt} {m}x{n}x{k} {v}/s{s} failed: {e}", file=sys.stderr)
+                continue
+            row["TFLOPS"][f"{v}/s{s}"] = round(flops / t / 1e9, 1)
+            row["err"][f"{v}/s{s}"] = float(f"{err:.2e}")
+        force(None, None)
+        row["TFLOPS"]["table"] = round(flops / median_ms(ours, args.reps, 2) / 1e9, 1)
+        tf = row["TFLOPS"]
+        best = max((x for x in tf if "/" in x), key=lambda x: tf[x])
+        print(f"{dt:9s} {m:5d}x{n:5d}x{k:5d} {lay} anchor {tf['anchor']} table {tf['table']} "
+              f"best {best} {tf[best]} | " + " ".join(f"{x}={y}" for x, y in tf.items()
+                                                      if "/" in x), flush=True)  # fmt: skip
+        results.append(row)
+        del a, b, ours, anchor
+        torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

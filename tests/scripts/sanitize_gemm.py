@@ -177,7 +177,10 @@ for path in paths:
     for m, n, k in ((7, 9, 33), (65, 130, 200)):
         run_matmul(path, m, n, k)
         run_scaled_mm(path, m, n, k)
-if "wgmma" in paths:  # the clusters' shared B stages: 2 tile rows, the second cluster half empty
+if "wgmma" in paths:
+    # Few tiles past 128 rows: 8-bit operands take wg_128x64 (its second tile row mostly past M).
+    run_scaled_mm("wgmma", 130, 300, 200)
+    # The clusters' shared B stages: 2 tile rows, the second cluster half empty.
     table = gemm._wgmma_tile
     fam = loader.family_on("gemm", 0)
     for tile in (v for v, info in fam.variants.items() if info.get("cluster", 1) > 1):
@@ -190,9 +193,9 @@ if "wgmma" in paths:  # the clusters' shared B stages: 2 tile rows, the second c
     for tile in (v for v, info in fam.variants.items() if info.get("swap_ab")):
 
         def swapped(m: int, n: int, batch: int, sms: int, block: bool, a_kmajor: bool = True,
-                    tile: str = tile) -> str:  # fmt: skip
+                    *rest: Any, tile: str = tile) -> str:  # fmt: skip
             ok = batch == 1 and not block and a_kmajor
-            return tile if ok else table(m, n, batch, sms, block, a_kmajor)
+            return tile if ok else table(m, n, batch, sms, block, a_kmajor, *rest)
 
         gemm._wgmma_tile = swapped
         _op._PLANS.clear()

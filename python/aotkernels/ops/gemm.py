@@ -15,9 +15,13 @@ sm_90a, TMA-legal operands, M <= 32, one   swapped (``_swaps``): ``wg_16x64t`` (
 matrix, a K-major, no block scales         ``wg_32x64t``; ``wg_16x128t`` / ``wg_32x128t``
                                            where N / 64 > SMs; no split-K
 sm_90a, TMA-legal operands, M <= 64        ``wg_64x128``, split-K by ``_split_k``
-sm_90a, TMA-legal, M <= 128                ``wg_64x64`` where 64x128 tiles would fill at most
-                                           half the SMs, else ``wg_64x128``
-sm_90a, TMA-legal, 128x256 tiles < SMs/2   ``wg_64x128`` (fill the GPU)
+sm_90a, TMA-legal, M <= 128, 64x128       ``wg_64x64``
+tiles fill at most half the SMs
+sm_90a, TMA-legal, M <= 128, no block      ``wg_128x128`` (one tile row)
+scales, 128x128 tiles > SMs/2
+sm_90a, TMA-legal, M <= 128                "few": ``wg_128x64`` (8-bit operands, no block
+                                           scales), else ``wg_64x128``
+sm_90a, TMA-legal, 128x256 tiles < SMs/2   "few" (fill the GPU)
 sm_90a, TMA-legal, fp8 block scales        ``wg_128x256``
 sm_90a, TMA-legal                          ``wg_128x128`` where its last wave is fuller by
                                            more than ``_FILL_MARGIN``, else ``wg_128x256``
@@ -27,10 +31,10 @@ otherwise                                  ``mma_64x64``
 
 Measured on an H100 SXM (2026-11-27, every wgmma variant and split count forced in one run,
 ``tools/gemm_sweep.py``; TFLOP/s, b K-major, bf16 / fp8 e4m3 per-tensor scales, bf16 out;
-cuBLAS beside):
+cuBLAS beside; the last column is the table of that day):
 
 =========================  ======  =====  ======  =======  =======  =====================
-M x N x K                  64x64   64x128 128x128 128x256  cuBLAS   table picks
+M x N x K                  64x64   64x128 128x128 128x256  cuBLAS   table then
 =========================  ======  =====  ======  =======  =======  =====================
 bf16 16x4096x4096          24      26     19      12       28       64x128
 bf16 16x4096x14336 (s2)    37      38     32      24       40       64x128, 2 splits
@@ -46,6 +50,51 @@ fp8 1024x14336x4096        690     1045   1310    1222     1308     128x128
 fp8 block 128x4096x4096    273     219    197     125      247      64x64
 fp8 block 8192^3           497     639    957     990      1299     128x256
 =========================  ======  =====  ======  =======  =======  =====================
+
+Few tiles (M = 128, small squares) on an H200 (2026-11-28, ``tools/gemm_sweep.py``: one
+process, each variant forced unsplit; TFLOP/s; b K-major unless "kn"; fp8 e4m3 per-tensor scales
+without fast accumulation, bf16 out; anchor: torch.matmul / torch._scaled_mm / torch._int_mm
+beside; [ ] the table's pick):
+
+=========================  =======  =======  =======  =======  =======  =======
+M x N x K                  64x64    64x128   128x64   128x128  128x256  anchor
+=========================  =======  =======  =======  =======  =======  =======
+bf16 128x4096x4096         [258]    242      238      166      96       256
+bf16 128x4096x4096 kn      [252]    238      245      166      97       265
+bf16 128x14336x4096        308      386      371      [399]    322      414
+bf16 128x14336x4096 kn     294      392      376      [406]    328      430
+bf16 128x4096x14336        [376]    339      314      208      111      380
+bf16 128x4096x14336 kn     [356]    326      328      211      112      395
+bf16 128x8192x8192         371      [416]    404      376      210      430
+bf16 128x8192x8192 kn      357      [428]    422      378      211      450
+fp8 128x4096x4096          [340]    280      325      250      155      377
+fp8 128x14336x4096         467      567      613      [651]    512      682
+fp8 128x4096x14336         [588]    431      524      371      201      619
+fp8 128x8192x8192          576      677      [694]    597      363      726
+int8 128x14336x4096        460      549      575      [602]    468      481
+int8 128x8192x8192         591      656      [672]    587      350      403
+bf16 1024^3                171      [224]    228      181      124      250
+fp8 1024^3                 201      233      [240]    219      161      265
+int8 1024^3                188      220      [241]    199      135      229
+=========================  =======  =======  =======  =======  =======  =======
+
+At M = 128 one row of 128-row tiles beats two rows of 64 where it fills more than half the SMs
+(N = 14336: 112 tiles of 128 x 128 in one wave against 224 of 64 x 128 in two: fp8 651 against
+567); elsewhere the 64-row tiles keep more SMs busy. Two consumers of 64 columns (``wg_128x64``)
+beat one of 128 for 8-bit operands (int8 1024^3 241 against 220), not for bf16 (128x8192x8192:
+404 against 416). Split-K never paid at M = 128 (1 to 4 splits of every variant; the best split
+350 against 376 unsplit at bf16 128x4096x14336, 521 against 588 at fp8): the partials' round
+trip and the second launch cost more than the SMs they add. cuBLAS (its kernel names) runs
+64 x 64 tiles in 2-CTA clusters at N = 4096, 128 x 64 at N = 8192 and 128 x 112 at N = 14336
+(128 CTAs, one wave). A 2-CTA cluster of 64 x 64 tiles multicasting their shared B tile was no
+faster (paired: fp8 128x4096x4096 342 against 347, bf16 259 against 262): not kept. The table
+against the previous one (main at 0614ad2: ``wg_64x128`` wherever 64 x 128 tiles filled more
+than half the SMs), same run, alternating, ratio to the anchor (a second run of the final build
+in brackets): fp8 128x14336x4096 0.84 -> 0.95 (0.83 -> 0.94), bf16 0.93 -> 0.95 (0.88 ->
+0.96), kn 0.89 -> 0.94 (0.90 -> 0.93), int8 1.13 -> 1.25 (1.13 -> 1.24); int8 1024^3 0.95 ->
+1.04 (0.94 -> 1.03), fp8 0.88 -> 0.92 (0.88 -> 0.91); int8 128x8192x8192 1.63 -> 1.68 (1.60 ->
+1.65), fp8 0.94 -> 0.95 (0.94 -> 0.93: within the noise). Every other row of the bench runs the
+kernel it ran before.
 
 Swapped tiles (the variants whose ``swap_ab`` is set): the kernel computes d^T = b^T a^T, so N
 runs along wgmma's M (64 rows per consumer warpgroup) and M along its N (n16 / n32). A 64-row
@@ -292,22 +341,29 @@ def _swaps(m: int, batch: int, block_scaled: bool, a_kmajor: bool) -> bool:
 
 
 def _wgmma_tile(
-    m: int, n: int, batch: int, sms: int, block_scaled: bool, a_kmajor: bool = True
-) -> str:
+    m: int, n: int, batch: int, sms: int, block_scaled: bool, a_kmajor: bool = True,
+    itemsize: int = 2,
+) -> str:  # fmt: skip
     """The wgmma variant of one call (the tile table in the module docstring). Shapes that split
     along K (``_split_k``) take ``wg_64x128`` whatever the GPU: the workspace is sized from the
-    shape alone."""
+    shape alone. ``itemsize``: bytes per operand element."""
     if _swaps(m, batch, block_scaled, a_kmajor):
         rows, tile64, tile128 = next(t for t in _SWAP_TILES if m <= t[0])
         return tile128 if _tiles(1, m, n, rows, 64) > sms else tile64
     if m <= _SPLIT_MAX_M:
         return "wg_64x128"
+    # Few tiles: 8192 outputs each, as two consumers of 64 columns for 8-bit operands (faster
+    # there, slower for bf16: the H200 table in the module docstring), else one of 128.
+    few = "wg_128x64" if itemsize == 1 and not block_scaled else "wg_64x128"
     if m <= 128:
-        # Two 64-row tiles: 64 x 64 tiles where 64 x 128 ones leave half the SMs idle.
-        return "wg_64x64" if _tiles(batch, m, n, 64, 128) <= sms // 2 else "wg_64x128"
+        if _tiles(batch, m, n, 64, 128) <= sms // 2:
+            return "wg_64x64"  # 64 x 128 tiles would leave half the SMs idle
+        if not block_scaled and _tiles(batch, m, n, 128, 128) > sms // 2:
+            return "wg_128x128"  # one tile row: fewer, larger tiles where they fill the GPU
+        return few
     wide = _tiles(batch, m, n, 128, 256)
     if wide < sms // 2:
-        return "wg_64x128"  # few tiles: fill the GPU
+        return few  # few tiles: fill the GPU
     if block_scaled:
         return "wg_128x256"
     narrow = _tiles(batch, m, n, 128, 128)
@@ -339,13 +395,14 @@ def _pick(
             f"{batch} (the tcgen05 kernels have no batch loop; unset it for batched matmul)"
         )
     sms = fam.device.sm_count
-    if ITEMSIZE[split_dtype(dtype)[0]] == 1 and layout != "kk":
+    item = ITEMSIZE[split_dtype(dtype)[0]]
+    if item == 1 and layout != "kk":
         tma_ok = False  # 8-bit wgmma / tcgen05 read both operands K-major only
     order: list[str] = []
     if tma_ok and k >= 1:
         if (_tcgen05_enabled() or forced == "tcgen05") and batch == 1:
             order.append("tc_128x256")
-        order.append(_wgmma_tile(m, n, batch, sms, block_scaled, layout[0] == "k"))
+        order.append(_wgmma_tile(m, n, batch, sms, block_scaled, layout[0] == "k", item))
     order.append("mma_128x128" if _tiles(batch, m, n, 128, 128) >= sms else "mma_64x64")
     base = f"ak_{op}_{dtype}_"
     for variant in order:
