@@ -13,7 +13,9 @@ condition                                  variant
 sm_100a, AOTKERNELS_GEMM_TCGEN05=1, TMA    ``tc_128x256``
 sm_90a, TMA-legal operands, M <= 32, one   swapped (``_swaps``): ``wg_16x64t`` (M <= 16) or
 matrix, a K-major, no block scales         ``wg_32x64t``; ``wg_16x128t`` / ``wg_32x128t``
-                                           where N / 64 > SMs; no split-K
+                                           where N / 64 > SMs; ``wg_16x64tk2`` /
+                                           ``wg_32x64tk2`` (K split by a 2-CTA cluster)
+                                           where 2 N / 64 <= SMs; no workspace split
 sm_90a, TMA-legal operands, M <= 64        ``wg_64x128``, split-K by ``_split_k``
 sm_90a, TMA-legal, M <= 128                ``wg_64x64`` where 64x128 tiles would fill at most
                                            half the SMs, else ``wg_64x128``
@@ -278,9 +280,14 @@ _FILL_MARGIN = 0.05
 
 
 # Swapped tiles (d^T = b^T a^T, the variants whose ``swap_ab`` is set): (rows of M, variant of
-# 64 columns, variant of 128 columns), the fewest rows that hold M taken; 128 columns (two
-# consumer warpgroups) where the 64-column tiles would take more than one wave of the SMs.
-_SWAP_TILES = ((16, "wg_16x64t", "wg_16x128t"), (32, "wg_32x64t", "wg_32x128t"))
+# 64 columns, variant of 128 columns, variant of 64 columns whose 2-CTA cluster splits K), the
+# fewest rows that hold M taken; 128 columns (two consumer warpgroups) where the 64-column tiles
+# would take more than one wave of the SMs, K split in the cluster where they would fill at most
+# half of them.
+_SWAP_TILES = (
+    (16, "wg_16x64t", "wg_16x128t", "wg_16x64tk2"),
+    (32, "wg_32x64t", "wg_32x128t", "wg_32x64tk2"),
+)
 _SWAP_MAX_M = _SWAP_TILES[-1][0]
 
 
@@ -298,8 +305,11 @@ def _wgmma_tile(
     along K (``_split_k``) take ``wg_64x128`` whatever the GPU: the workspace is sized from the
     shape alone."""
     if _swaps(m, batch, block_scaled, a_kmajor):
-        rows, tile64, tile128 = next(t for t in _SWAP_TILES if m <= t[0])
-        return tile128 if _tiles(1, m, n, rows, 64) > sms else tile64
+        rows, tile64, tile128, split2 = next(t for t in _SWAP_TILES if m <= t[0])
+        tiles = _tiles(1, m, n, rows, 64)
+        if tiles > sms:
+            return tile128
+        return split2 if 2 * tiles <= sms else tile64
     if m <= _SPLIT_MAX_M:
         return "wg_64x128"
     if m <= 128:
@@ -501,8 +511,9 @@ def _tensor_maps(
     v = fam.variants[pick.variant]
     item = ITEMSIZE[a.dtype]
     bk = int(v["k_bytes"]) // item
-    # A cluster's CTAs each load one slice of their shared K-major B tile (a narrower box).
-    b_rows = int(v["bn"]) // int(v.get("cluster", 1))
+    # A multicast cluster's CTAs each load one slice of their shared K-major B tile (a narrower
+    # box); a K-split cluster's CTAs load whole tiles.
+    b_rows = int(v["bn"]) // (int(v.get("cluster", 1)) // int(v.get("ksplit", 1)))
     box_inner = 128 // item
     maps = []
     for name, info, ld, outer_extent, tile, k_major, fold in (
@@ -762,8 +773,10 @@ def _launch(a: Args) -> list[Launch]:
         split = _Split(1, 0)  # the workspace goes unused
     cluster = int(v.get("cluster", 1))
     if pick.path != "mma_sync":
-        # Persistent: a whole number of clusters, tile rows rounded up to whole cluster tiles.
-        tiles = _tiles(bt.n, m, n, bm_tile * cluster, bn_tile) * cluster
+        # Persistent: a whole number of clusters. A multicast cluster stacks its tiles along M
+        # (tile rows rounded up to whole cluster tiles); a K-split one runs all its CTAs on a tile.
+        stack = cluster // int(v.get("ksplit", 1))
+        tiles = _tiles(bt.n, m, n, bm_tile * stack, bn_tile) * cluster
         grid = (min(tiles * split.splits, fam.device.sm_count // cluster * cluster), 1, 1)
     # The wgmma epilogue stores 16-bit outputs through TMA where d is one TMA-legal matrix (not
     # with split-K: the splits' partials are f32).
