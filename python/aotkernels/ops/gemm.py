@@ -86,9 +86,10 @@ against 0.88 at 16x4096x14336; 4 splits slower still): the reduction launch cost
 SMs it adds. At M = 64 (two or four swapped tile columns) the 64-row tile is faster (bf16
 64x4096x4096: 0.76 against 0.52 for ``wg_16x64t`` and 0.63 for ``wg_32x64t`` with 2 splits).
 
-Split-K pays only while one row of tiles streams a long K: M <= 64 (less the calls that take a
-swapped tile, which do not split), at least 48 stages of 128 bytes of K per split, as many splits
-as fill half of 132 CTAs (``_split_k``; at most 16).
+Split-K through the workspace pays only while one row of tiles streams a long K: M <= 64 (less
+the calls that take a swapped tile, which split K inside a cluster instead, see above), at least
+48 stages of 128 bytes of K per split, as many splits as fill half of 132 CTAs (``_split_k``; at
+most 16).
 Measured on an H100 (2026-11-28, ``wg_64x128`` forced with 1 to 4 splits, TFLOP/s of two runs;
 run-to-run noise reaches 10 % on these 15-35 us calls; one bf16 sample of run 2 was disturbed):
 
@@ -404,9 +405,9 @@ def _split_k(
     table): as many splits as fill half of ``_SPLIT_CTAS`` CTAs, each at least
     ``_SPLIT_MIN_STAGES`` stages of 128 bytes of K. A function of the call only (not of the
     GPU), so that the workspace shape is known without a device (torch's fake tensors); int8
-    (exact s32 sums), batches and swapped tiles (``swapped``: the call takes one, ``_swaps``;
-    splitting them measured slower) do not split. Splits start on 128-element K blocks (the fp8
-    scale blocks)."""
+    (exact s32 sums), batches and swapped tiles (``swapped``: the call takes one, ``_swaps``; the
+    table splits their K inside a thread-block cluster instead) do not split. Splits start on
+    128-element K blocks (the fp8 scale blocks)."""
     int8 = split_dtype(dtype)[0] == "int8"
     if swapped or m > _SPLIT_MAX_M or math.prod(batch) > 1 or int8 or not n:
         return _Split(1, 0)
