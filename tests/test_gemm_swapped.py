@@ -52,11 +52,13 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
 @pytest.mark.parametrize(
     ("m", "n", "batch", "block", "a_kmajor", "want"),
     [
-        (1, 4096, 1, False, True, "wg_16x64tk2"),  # 64 tiles: K split, 128 CTAs
-        (16, 4096, 1, False, True, "wg_16x64tk2"),
-        (17, 4096, 1, False, True, "wg_32x64tk2"),
-        (16, 4224, 1, False, True, "wg_16x64tk2"),  # 66 tiles: 132 CTAs
-        (16, 4225, 1, False, True, "wg_16x64t"),  # 67 tiles: more than half the SMs
+        (1, 4096, 1, False, True, "wg_16x64t"),
+        (16, 4096, 1, False, True, "wg_16x64t"),  # 64 tiles: half the SMs, K not split
+        (17, 4096, 1, False, True, "wg_32x64t"),
+        (1, 1024, 1, False, True, "wg_16x64tk2"),  # 16 tiles: K split, 32 CTAs
+        (16, 2112, 1, False, True, "wg_16x64tk2"),  # 33 tiles: 66 CTAs
+        (32, 2112, 1, False, True, "wg_32x64tk2"),
+        (16, 2113, 1, False, True, "wg_16x64t"),  # 34 tiles: more than a quarter of the SMs
         (32, 8192, 1, False, True, "wg_32x64t"),  # 128 tiles of 64 columns: one wave
         (16, 8448, 1, False, True, "wg_16x64t"),  # 132 tiles
         (16, 8449, 1, False, True, "wg_16x128t"),  # 133: two consumers, 128 columns a tile
@@ -121,8 +123,9 @@ def test_swapped_tiles_do_not_split(
 def test_swapped_launch(
     fake_gpu: FakeGpu, dtype: str, layout: str, n: int, symbol: str, grid: int | None
 ) -> None:
-    """16 x N x 4096: ceil(N / 64) swapped tiles, each run by a 2-CTA cluster where that fills at
-    most half the SMs (N = 1000: 16 tiles, 32 CTAs; N = 5000: 79 tiles, one CTA each); no
+    """16 x N x 4096: ceil(N / 64) swapped tiles, each run by a 2-CTA cluster where one CTA a tile
+    would fill at most a quarter of the SMs (N = 1000: 16 tiles, 32 CTAs; N = 5000: 79 tiles, one
+    CTA each); no
     TMA-store epilogue (d is written transposed from shared memory), no workspace; a K-split
     cluster's CTAs each load whole tiles (the box of b's map is the tile's 64 rows of N)."""
     ak.matmul(*ab(16, n, 4096, dtype, layout))
@@ -139,10 +142,10 @@ def test_swapped_launch(
 @pytest.mark.parametrize(
     ("dtype", "n", "symbol", "grid"),
     [
-        ("float8_e4m3fn", 4096, "ak_scaled_mm_fp8_e4m3_wg_32x64tk2_kk", 128),
-        ("float8_e5m2", 4096, "ak_scaled_mm_fp8_e5m2_wg_32x64tk2_kk", 128),
-        ("int8", 4096, "ak_scaled_mm_int8_wg_32x64tk2_kk", 128),
-        ("int8", 8192, "ak_scaled_mm_int8_wg_32x64t_kk", 128),
+        ("float8_e4m3fn", 2048, "ak_scaled_mm_fp8_e4m3_wg_32x64tk2_kk", 64),
+        ("float8_e5m2", 2048, "ak_scaled_mm_fp8_e5m2_wg_32x64tk2_kk", 64),
+        ("int8", 2048, "ak_scaled_mm_int8_wg_32x64tk2_kk", 64),
+        ("int8", 4096, "ak_scaled_mm_int8_wg_32x64t_kk", 64),
     ],
 )
 def test_swapped_launch_8bit(fake_gpu: FakeGpu, dtype: str, n: int, symbol: str, grid: int) -> None:

@@ -15,7 +15,7 @@ sm_90a, TMA-legal operands, M <= 32, one   swapped (``_swaps``): ``wg_16x64t`` (
 matrix, a K-major, no block scales         ``wg_32x64t``; ``wg_16x128t`` / ``wg_32x128t``
                                            where N / 64 > SMs; ``wg_16x64tk2`` /
                                            ``wg_32x64tk2`` (K split by a 2-CTA cluster)
-                                           where 2 N / 64 <= SMs; no workspace split
+                                           where 4 N / 64 <= SMs; no workspace split
 sm_90a, TMA-legal operands, M <= 64        ``wg_64x128``, split-K by ``_split_k``
 sm_90a, TMA-legal, M <= 128                ``wg_64x64`` where 64x128 tiles would fill at most
                                            half the SMs, else ``wg_64x128``
@@ -284,7 +284,7 @@ _FILL_MARGIN = 0.05
 # 64 columns, variant of 128 columns, variant of 64 columns whose 2-CTA cluster splits K), the
 # fewest rows that hold M taken; 128 columns (two consumer warpgroups) where the 64-column tiles
 # would take more than one wave of the SMs, K split in the cluster where they would fill at most
-# half of them.
+# a quarter of them (at half, 64 tiles on 132 SMs, the unsplit grid measured faster).
 _SWAP_TILES = (
     (16, "wg_16x64t", "wg_16x128t", "wg_16x64tk2"),
     (32, "wg_32x64t", "wg_32x128t", "wg_32x64tk2"),
@@ -310,7 +310,7 @@ def _wgmma_tile(
         tiles = _tiles(1, m, n, rows, 64)
         if tiles > sms:
             return tile128
-        return split2 if 2 * tiles <= sms else tile64
+        return split2 if 4 * tiles <= sms else tile64
     if m <= _SPLIT_MAX_M:
         return "wg_64x128"
     if m <= 128:
