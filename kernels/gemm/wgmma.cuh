@@ -33,13 +33,13 @@
 // partials to the workspace straight from registers, and a second launch of the same entry
 // (kSplitReduce) adds them in split order through the shared epilogue: bitwise repeatable.
 //
-// Split-K inside a cluster (V::ksplit = V::cluster > 1): the cluster's CTAs run the same tile,
+// Split-K inside a cluster (V::ksplit = V::cluster = 2): the cluster's CTAs run the same tile,
 // CTA r the r-th share of its K stages, and the accumulators meet in the leader (rank 0) through
 // distributed shared memory: each other CTA's consumers store theirs into the leader's receive
 // area with st.async (completing the leader's mbarrier), the leader adds them in rank order
 // (bitwise repeatable), releases the area (a remote arrival per CTA) and runs the usual
-// epilogue. No workspace and no second launch, so it pays where the workspace split did not:
-// grids that fill half the SMs or less with one short tile row (small M).
+// epilogue. No workspace and no second launch; the host takes it only where one CTA a tile
+// would leave most SMs idle (at half of them the unsplit tile measured faster).
 //
 // Swapped variants (V::swap_ab, small M): the kernel computes d^T = b^T a^T. b's tile is wgmma's A
 // operand (the consumers' 64-row slices run along N) and a's tile its B operand (n16 / n32 along

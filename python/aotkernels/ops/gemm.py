@@ -80,14 +80,59 @@ int8 32x8192x8192          0.95    0.93      [1.06]    1.07                  1.0
 Earlier runs of the same build (table then without the 128-column tiles): bf16 16x4096x14336
 0.82 -> 0.88 (kn 0.81 -> 0.83), fp8 16x4096x14336 0.81 -> 1.02, int8 32x4096x4096 0.96 -> 1.24,
 int8 32x4096x14336 1.07 -> 1.52, bf16 1x4096x4096 0.69 -> 0.94, 8x4096x4096 0.71 -> 0.93,
-32x4096x4096 0.76 -> 0.91, fp8 32x4096x4096 0.66 -> 0.77. Splitting a swapped tile's K never
-paid (``wg_16x64t`` with 2 splits: 0.84 against 0.92 unsplit at bf16 16x4096x4096, 0.87
-against 0.88 at 16x4096x14336; 4 splits slower still): the reduction launch costs more than the
-SMs it adds. At M = 64 (two or four swapped tile columns) the 64-row tile is faster (bf16
-64x4096x4096: 0.76 against 0.52 for ``wg_16x64t`` and 0.63 for ``wg_32x64t`` with 2 splits).
+32x4096x4096 0.76 -> 0.91, fp8 32x4096x4096 0.66 -> 0.77. Splitting a swapped tile's K through
+the workspace never paid (``wg_16x64t`` with 2 splits: 0.84 against 0.92 unsplit at bf16
+16x4096x4096, 0.87 against 0.88 at 16x4096x14336; 4 splits slower still): the reduction launch
+costs more than the SMs it adds. At M = 64 (two or four swapped tile columns) the 64-row tile
+is faster (bf16 64x4096x4096: 0.76 against 0.52 for ``wg_16x64t`` and 0.63 for ``wg_32x64t``
+with 2 splits).
+
+Split-K inside a thread-block cluster (the variants whose ``ksplit`` is set, ``wg_16x64tk2`` and
+``wg_32x64tk2``): the cluster's two CTAs stream the two halves of one swapped tile's K stages,
+and the leader adds the other's accumulators from distributed shared memory in rank order, with
+no workspace and no second launch. Where the unsplit grid fills half the SMs (N = 4096: 64
+tiles on 132 SMs) it is slower on every row: on an H200 (2026-11-28, the bench's own M <= 32
+rows in 4 fresh processes per configuration, alternated; median ratio to the anchor, int8 at
+M = 32):
+
+=========================  ========  ========
+M x N x K                  unsplit   2-CTA K
+=========================  ========  ========
+bf16 16x4096x4096          1.013     0.957
+bf16 16x4096x4096 kn       1.015     0.914
+bf16 16x4096x14336         1.010     0.970
+bf16 16x4096x14336 kn      0.982     0.928
+fp8 16x4096x4096           0.889     0.830
+fp8 16x4096x14336          1.010     0.974
+int8 32x4096x4096          1.350     1.221
+int8 32x4096x14336         1.643     1.552
+=========================  ========  ========
+
+Forced on more tiles it loses more (bf16 16x8192x8192 0.883 against 0.939, 16x14336x4096 0.766
+against 0.938; one process), and 4-CTA clusters took about twice the unsplit time on every shape
+(most likely not all of a persistent grid of 33 clusters of 4 fit the GPCs at once). Where one
+CTA a tile leaves three quarters of the SMs idle, the split pays, and the table takes it there
+(H200, 2026-11-28, one process, alternating rounds; ratio to the anchor; 48 tiles tie):
+
+=========================  ========  ========
+M x N x K (tiles)          unsplit   2-CTA K
+=========================  ========  ========
+bf16 16x1024x4096 (16)     0.697     0.839
+bf16 16x1024x4096 kn       0.680     0.799
+bf16 16x1024x14336         0.446     0.655
+bf16 16x2048x4096 (32)     0.809     0.932
+bf16 16x2048x8192          0.716     0.919
+bf16 32x2048x4096          0.772     0.871
+fp8 16x1024x4096           0.817     0.885
+fp8 16x2048x4096           0.804     0.849
+fp8 16x2048x8192           0.795     0.942
+int8 32x1024x4096          1.374     1.452
+int8 32x2048x8192          1.569     1.770
+bf16 16x3072x4096 (48)     0.968     0.964
+=========================  ========  ========
 
 Split-K through the workspace pays only while one row of tiles streams a long K: M <= 64 (less
-the calls that take a swapped tile, which split K inside a cluster instead, see above), at least
+the calls that take a swapped tile, whose K splits only inside a cluster, see above), at least
 48 stages of 128 bytes of K per split, as many splits as fill half of 132 CTAs (``_split_k``; at
 most 16).
 Measured on an H100 (2026-11-28, ``wg_64x128`` forced with 1 to 4 splits, TFLOP/s of two runs;
