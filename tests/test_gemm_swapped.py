@@ -2,16 +2,19 @@
 arch_matrix.toml): the kernel computes d^T = b^T a^T, so N runs along wgmma's M and the few rows
 of a along its N, and the epilogue writes d transposed.
 
-CPU: where the tile table takes it (M up to its bm, one matrix, a K-major, no block scales) and
-how the launch is packed. GPU: the variant forced on every dtype, both 16-bit b layouts, each
-scale mode it takes, bias and output dtype, M on both sides of its 32-row tile, N not a multiple
-of its 64 columns, and split-K (bitwise repeatable, exact on integers), all against exact or
-fp64 references.
+The K-split forms (``ksplit`` set): a cluster of CTAs runs each tile, each CTA a share of K, and
+the leader adds the others' accumulators from distributed shared memory in rank order.
+
+CPU: where the tile table takes them (M up to its bm, one matrix, a K-major, no block scales; K
+split where the unsplit grid fills at most half the SMs) and how the launch is packed. GPU: each
+variant forced on every dtype (mixed fp8 too), both 16-bit b layouts, each scale mode it takes,
+bias and output dtype, M on both sides of its 32-row tile, N not a multiple of its 64 columns, K
+shorter than the split and not a multiple of it, against exact or fp64 references; the K-split
+forms bitwise repeatable, with more tiles than clusters (the receive area reused).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple
 
 import pytest
@@ -34,8 +37,9 @@ from helpers.gemm import (
 )
 from helpers.reference import assert_gemm_near, rounded_once, scaled_mm_ref
 
-# Every swapped variant of arch_matrix.toml.
-SWAPPED = ("wg_16x64t", "wg_16x128t", "wg_32x64t", "wg_32x128t")
+# Every swapped variant of arch_matrix.toml, and those whose cluster splits K.
+KSPLIT = ("wg_16x64tk2", "wg_32x64tk2")
+SWAPPED = ("wg_16x64t", "wg_16x128t", "wg_32x64t", "wg_32x128t", *KSPLIT)
 
 # --- CPU: the table and the launch ----------------------------------------------------------------
 
@@ -49,8 +53,12 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
     ("m", "n", "batch", "block", "a_kmajor", "want"),
     [
         (1, 4096, 1, False, True, "wg_16x64t"),
-        (16, 4096, 1, False, True, "wg_16x64t"),
+        (16, 4096, 1, False, True, "wg_16x64t"),  # 64 tiles: half the SMs, K not split
         (17, 4096, 1, False, True, "wg_32x64t"),
+        (1, 1024, 1, False, True, "wg_16x64tk2"),  # 16 tiles: K split, 32 CTAs
+        (16, 2112, 1, False, True, "wg_16x64tk2"),  # 33 tiles: 66 CTAs
+        (32, 2112, 1, False, True, "wg_32x64tk2"),
+        (16, 2113, 1, False, True, "wg_16x64t"),  # 34 tiles: more than a quarter of the SMs
         (32, 8192, 1, False, True, "wg_32x64t"),  # 128 tiles of 64 columns: one wave
         (16, 8448, 1, False, True, "wg_16x64t"),  # 132 tiles
         (16, 8449, 1, False, True, "wg_16x128t"),  # 133: two consumers, 128 columns a tile
@@ -71,15 +79,17 @@ def test_table_takes_swapped_tile(
 def test_swapped_variants_declared(fake_gpu: FakeGpu) -> None:
     variants = fake_gpu.family.variants
     assert {name for name, v in variants.items() if v.get("swap_ab")} == set(SWAPPED)
-    for rows, narrow, wide in gemm._SWAP_TILES:
-        for name, cols in ((narrow, 64), (wide, 128)):
+    assert {name for name, v in variants.items() if v.get("ksplit", 1) > 1} == set(KSPLIT)
+    for rows, narrow, wide, split in gemm._SWAP_TILES:
+        for name, cols in ((narrow, 64), (wide, 128), (split, 64)):
             assert (variants[name]["bm"], variants[name]["bn"]) == (rows, cols)
+        assert variants[split]["ksplit"] == variants[split]["cluster"] == 2
 
 
 @pytest.mark.parametrize(
     ("dtype", "m", "layout", "scales", "want"),
     [
-        ("bf16", 16, "kk", "none", (1, 0)),  # swapped: never split
+        ("bf16", 16, "kk", "none", (1, 0)),  # swapped: no workspace split (K split in a cluster)
         ("bf16", 32, "kn", "none", (1, 0)),
         ("bf16", 16, "mk", "none", (2, 7168)),  # wg_64x128: the split rule
         ("bf16", 33, "kk", "none", (2, 7168)),
@@ -101,38 +111,47 @@ def test_swapped_tiles_do_not_split(
 
 
 @pytest.mark.parametrize(
-    ("dtype", "layout", "symbol"),
+    ("dtype", "layout", "n", "symbol", "grid"),
     [
-        ("bfloat16", "kk", "ak_matmul_bf16_wg_16x64t_kk"),
-        ("bfloat16", "kn", "ak_matmul_bf16_wg_16x64t_kn"),
-        ("float16", "kn", "ak_matmul_f16_wg_16x64t_kn"),
-        ("bfloat16", "mk", "ak_matmul_bf16_wg_64x128_mk"),
+        ("bfloat16", "kk", 1000, "ak_matmul_bf16_wg_16x64tk2_kk", 32),
+        ("bfloat16", "kn", 1000, "ak_matmul_bf16_wg_16x64tk2_kn", 32),
+        ("float16", "kn", 1000, "ak_matmul_f16_wg_16x64tk2_kn", 32),
+        ("bfloat16", "kk", 5000, "ak_matmul_bf16_wg_16x64t_kk", 79),
+        ("bfloat16", "mk", 1000, "ak_matmul_bf16_wg_64x128_mk", None),
     ],
 )
-def test_swapped_launch(fake_gpu: FakeGpu, dtype: str, layout: str, symbol: str) -> None:
-    """16 x 1000 x 4096: ceil(1000 / 64) = 16 CTAs of the swapped tile, no TMA-store epilogue
-    (d is written transposed from shared memory)."""
-    ak.matmul(*ab(16, 1000, 4096, dtype, layout))
+def test_swapped_launch(
+    fake_gpu: FakeGpu, dtype: str, layout: str, n: int, symbol: str, grid: int | None
+) -> None:
+    """16 x N x 4096: ceil(N / 64) swapped tiles, each run by a 2-CTA cluster where one CTA a tile
+    would fill at most a quarter of the SMs (N = 1000: 16 tiles, 32 CTAs; N = 5000: 79 tiles, one
+    CTA each); no
+    TMA-store epilogue (d is written transposed from shared memory), no workspace; a K-split
+    cluster's CTAs each load whole tiles (the box of b's map is the tile's 64 rows of N)."""
+    ak.matmul(*ab(16, n, 4096, dtype, layout))
     launch = fake_gpu.last
     assert launch.symbol == symbol
-    if "x64t_" in symbol:
-        assert launch.grid == (16, 1, 1)
+    if grid is not None:
+        assert launch.grid == (grid, 1, 1)
         assert not launch.fields["flags"] & 16  # tma_store
+        assert launch.fields["splits"] == 1 and len(fake_gpu.launches) == 1
         assert len(launch.tmaps) == 2
+        assert launch.tmaps[1][13:15] == (64, 64)  # b: 64 elements of K x 64 rows of N
 
 
 @pytest.mark.parametrize(
-    ("dtype", "symbol"),
+    ("dtype", "n", "symbol", "grid"),
     [
-        ("float8_e4m3fn", "ak_scaled_mm_fp8_e4m3_wg_32x64t_kk"),
-        ("float8_e5m2", "ak_scaled_mm_fp8_e5m2_wg_32x64t_kk"),
-        ("int8", "ak_scaled_mm_int8_wg_32x64t_kk"),
+        ("float8_e4m3fn", 2048, "ak_scaled_mm_fp8_e4m3_wg_32x64tk2_kk", 64),
+        ("float8_e5m2", 2048, "ak_scaled_mm_fp8_e5m2_wg_32x64tk2_kk", 64),
+        ("int8", 2048, "ak_scaled_mm_int8_wg_32x64tk2_kk", 64),
+        ("int8", 4096, "ak_scaled_mm_int8_wg_32x64t_kk", 64),
     ],
 )
-def test_swapped_launch_8bit(fake_gpu: FakeGpu, dtype: str, symbol: str) -> None:
+def test_swapped_launch_8bit(fake_gpu: FakeGpu, dtype: str, n: int, symbol: str, grid: int) -> None:
     out = "int32" if dtype == "int8" else "bfloat16"
-    ak.scaled_mm(*ab(32, 4096, 4096, dtype, "kk"), out_dtype=out)
-    assert fake_gpu.last.symbol == symbol and fake_gpu.last.grid == (64, 1, 1)
+    ak.scaled_mm(*ab(32, n, 4096, dtype, "kk"), out_dtype=out)
+    assert fake_gpu.last.symbol == symbol and fake_gpu.last.grid == (grid, 1, 1)
 
 
 # --- GPU ------------------------------------------------------------------------------------------
@@ -172,17 +191,6 @@ def swapped(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(_op, "_PLANS", {})
     monkeypatch.setenv(ENV, "wgmma")
     return Forced(variant, picks)
-
-
-def force_splits(monkeypatch: pytest.MonkeyPatch, splits: int) -> None:
-    """Split-K into ``splits`` K ranges of whole 128-element blocks, whatever the shape."""
-
-    def split_k(dtype: str, m: int, n: int, k: int, batch: tuple[int, ...], *_: Any) -> Any:
-        blocks = math.ceil(k / 128)
-        per = math.ceil(blocks / splits)
-        return gemm._Split(math.ceil(blocks / per), per * 128)
-
-    monkeypatch.setattr(gemm, "_split_k", split_k)
 
 
 SHAPES = [(1, 8, 64), (7, 130, 200), (16, 1000, 4096), (33, 257, 300), (64, 128, 136)]
@@ -272,23 +280,22 @@ def test_swapped_fp8_random(swapped: Forced, m: int, n: int, k: int, fast: bool)
     assert swapped.last == swapped.variant
 
 
-SPLIT_SHAPES = [(16, 4096, 14336), (7, 1000, 1000), (33, 130, 1500)]
+# K-split clusters: K of 224 / 16 stages (2 / 1 CTA shares uneven for fp8), M past the 16-row
+# tile (two tile columns), and N of 313 tiles: every cluster runs several (the leader's receive
+# area handed back and refilled).
+KSPLIT_SHAPES = [(16, 4096, 14336), (7, 1000, 1000), (33, 130, 1500), (16, 20000, 320)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("m", "n", "k"), SPLIT_SHAPES)
-@pytest.mark.parametrize("splits", [2, 3])
+@pytest.mark.parametrize("swapped", KSPLIT, indirect=True)
+@pytest.mark.parametrize(("m", "n", "k"), KSPLIT_SHAPES)
 @pytest.mark.parametrize("layout", ["kk", "kn"])
-def test_swapped_split_k(
-    swapped: Forced, monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, splits: int,
-    layout: str,
-) -> None:  # fmt: skip
-    """Split-K on the swapped tile: small integers with a bias exact in f32 and bf16, random
-    operands bitwise repeatable and within the f32 accumulation bound of fp64."""
+def test_ksplit_exact_and_repeatable(swapped: Forced, m: int, n: int, k: int, layout: str) -> None:
+    """The K-split clusters: small integers with a bias exact in f32 and bf16, random operands
+    bitwise the same on every run and within the f32 accumulation bound of fp64."""
     import torch
 
     need_sm90a()
-    force_splits(monkeypatch, splits)
     gen = generator(m, n, k, 24)
     a, b, av, bv = int_operands(m, n, k, "bfloat16", layout, "tma", gen)
     for out in ("float32", "bfloat16"):
@@ -300,7 +307,7 @@ def test_swapped_split_k(
     rbv = torch.randn(k, n, device="cuda", generator=gen).to(torch.bfloat16)
     ra, rb = place(rav, False, "tma"), place(rbv, layout == "kk", "tma")
     first = ak.matmul(ra, rb, torch.float32)
-    for _ in range(2):
+    for _ in range(3):
         assert torch.equal(first, ak.matmul(ra, rb, torch.float32))
     ref = rav.double() @ rbv.double()
     bound = 2**-23 * ref.abs() + k * 2**-24 * (rav.double().abs() @ rbv.double().abs())
@@ -309,18 +316,23 @@ def test_swapped_split_k(
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("swapped", KSPLIT, indirect=True)
 @pytest.mark.parametrize("mode", ["tensor", "vector"])
-def test_swapped_split_k_fp8(swapped: Forced, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
-    """fp8 e4m3 through 2 splits of the swapped tile, scales and a bias: repeatable bits within
-    the fp8 bound."""
+@pytest.mark.parametrize("fast", [False, True])
+@pytest.mark.parametrize("dtypes", ["e4m3", "e4m3/e5m2"])
+def test_ksplit_fp8_repeatable(swapped: Forced, mode: str, fast: bool, dtypes: str) -> None:
+    """fp8 (mixed operands too) through the K-split clusters, K = 2000 (16 stages: 8 + 8) with
+    scales and a bias, both accumulation modes: repeatable bits within the fp8 bound."""
     import torch
 
     need_sm90a()
-    force_splits(monkeypatch, 2)
     m, n, k = 7, 1000, 2000
+    da, _, db = dtypes.partition("/")
+    ta = getattr(torch, f"float8_{da}fn" if da == "e4m3" else f"float8_{da}")
+    tb = getattr(torch, f"float8_{db}fn" if db == "e4m3" else f"float8_{db}") if db else ta
     gen = generator(m, n, k, 25)
-    av = torch.randn(m, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
-    bv = torch.randn(n, k, device="cuda", generator=gen).to(torch.float8_e4m3fn).t()
+    av = torch.randn(m, k, device="cuda", generator=gen).to(ta)
+    bv = torch.randn(n, k, device="cuda", generator=gen).to(tb).t()
     if mode == "tensor":
         sa, sb = torch.full((1,), 0.5, device="cuda"), torch.full((1,), 2.0, device="cuda")
     else:
@@ -328,8 +340,8 @@ def test_swapped_split_k_fp8(swapped: Forced, monkeypatch: pytest.MonkeyPatch, m
         sb = torch.rand(1, n, device="cuda", generator=gen) + 0.5
     bias = torch.randn(n, device="cuda", generator=gen).to(torch.bfloat16)
     a, b = place(av, False, "tma"), place(bv, True, "tma")
-    ys = [ak.scaled_mm(a, b, sa, sb, torch.bfloat16, bias) for _ in range(2)]
-    assert torch.equal(ys[0], ys[1])
+    ys = [ak.scaled_mm(a, b, sa, sb, torch.bfloat16, bias, use_fast_accum=fast) for _ in range(3)]
+    assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], ys[2])
     ref = scaled_mm_ref(av, bv, sa, sb, bias)
     mag = scaled_mm_ref(av.float().abs(), bv.float().abs(), sa, sb)
     worst = ((ys[0].double() - ref).abs() - 2**-7 * ref.abs() - 2**-9 * mag).max().item()

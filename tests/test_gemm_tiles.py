@@ -53,6 +53,7 @@ def _bf16(m: int, n: int, k: int, layout: str = "kn", ld_a: int | None = None,
         (64, 4096, 4096, "mn", None, 0, "ak_matmul_bf16_wg_64x128_mn", (32, 1, 1)),  # K short
         (16, 4096, 14336, "kk", None, 0, "ak_matmul_bf16_wg_16x64t_kk", (64, 1, 1)),  # swapped
         (32, 4096, 14336, "kn", None, 0, "ak_matmul_bf16_wg_32x64t_kn", (64, 1, 1)),
+        (16, 2048, 14336, "kk", None, 0, "ak_matmul_bf16_wg_16x64tk2_kk", (64, 1, 1)),  # K split
         (48, 4096, 14336, "kk", None, 0, "ak_matmul_bf16_wg_64x128_kk", (64, 1, 1)),  # 2 splits
         (128, 4096, 4096, "kn", None, 0, "ak_matmul_bf16_wg_64x64_kn", (128, 1, 1)),
         (96, 4096, 4096, "mk", None, 0, "ak_matmul_bf16_wg_64x64_mk", (128, 1, 1)),

@@ -19,24 +19,33 @@
 // ak::gemm::epilogue2 / epilogue2_s32 (bounds-checked coalesced stores). The producer meanwhile
 // prefetches the next tile's stages.
 //
-// Clusters (V::cluster = 2, compiled in with __cluster_dims__, so a plain launch whose grid is a
-// multiple of the cluster runs them): the CTAs of a cluster take vertically neighbouring tiles
-// that share their B tile. Each CTA loads its own A and one slice of the B tile, multicast into
-// the same stage of every CTA of the cluster, so B is read from L2 once per cluster. A stage is
-// refilled only once every consumer warp of every CTA has released it (each warp arrives on the
-// empty barrier of each CTA); the walk is over cluster tiles, so all CTAs of a cluster run the
-// same stages in the same order, and a producer waits for the peers' last releases before it
-// exits (they arrive on its barriers).
+// Clusters (V::cluster = 2 without V::ksplit, compiled in with __cluster_dims__, so a plain launch
+// whose grid is a multiple of the cluster runs them): the CTAs of a cluster take vertically
+// neighbouring tiles that share their B tile. Each CTA loads its own A and one slice of the B
+// tile, multicast into the same stage of every CTA of the cluster, so B is read from L2 once per
+// cluster. A stage is refilled only once every consumer warp of every CTA has released it (each
+// warp arrives on the empty barrier of each CTA); the walk is over cluster tiles, so all CTAs of
+// a cluster run the same stages in the same order, and a producer waits for the peers' last
+// releases before it exits (they arrive on its barriers).
 //
 // Split-K (p.splits > 1, chosen by the host for few-tile problems): the walk covers splits x tiles
 // units, each a tile's K range [s * k_split, (s + 1) * k_split); a unit writes its raw f32
 // partials to the workspace straight from registers, and a second launch of the same entry
 // (kSplitReduce) adds them in split order through the shared epilogue: bitwise repeatable.
 //
+// Split-K inside a cluster (V::ksplit = V::cluster = 2): the cluster's CTAs run the same tile,
+// CTA r the r-th share of its K stages, and the accumulators meet in the leader (rank 0) through
+// distributed shared memory: each other CTA's consumers store theirs into the leader's receive
+// area with st.async (completing the leader's mbarrier), the leader adds them in rank order
+// (bitwise repeatable), releases the area (a remote arrival per CTA) and runs the usual
+// epilogue. No workspace and no second launch; the host takes it only where one CTA a tile
+// would leave most SMs idle (at half of them the unsplit tile measured faster).
+//
 // Swapped variants (V::swap_ab, small M): the kernel computes d^T = b^T a^T. b's tile is wgmma's A
 // operand (the consumers' 64-row slices run along N) and a's tile its B operand (n16 / n32 along
 // M), so a tile spends no tensor-core work on rows past M; the epilogue writes d transposed
-// through the staging area, and split partials keep the workspace's [split][m][n] layout.
+// through the staging area. They split K only inside their cluster (the workspace split is not
+// theirs: p.splits is ignored).
 //
 // Operand layouts are compiled in (V::a_mmajor, V::b_kmajor). K-major operands use K-major
 // descriptors (one 128-byte swizzle row = the stage's whole K); M/N-major 16-bit operands keep the
@@ -117,6 +126,53 @@ struct SwapAB : std::false_type {};
 template <class V>
 struct SwapAB<V, std::void_t<decltype(V::swap_ab)>> : std::bool_constant<V::swap_ab != 0> {};
 
+// V::ksplit (the CTAs of a cluster that split one tile's K; 1 for variants without the field).
+template <class V, class = void>
+struct KSplit : std::integral_constant<int, 1> {};
+template <class V>
+struct KSplit<V, std::void_t<decltype(V::ksplit)>> : std::integral_constant<int, V::ksplit> {};
+
+// ---- distributed shared memory (split-K inside a cluster) ----
+
+// This CTA's shared-memory address `addr` as the address of the same offset in cluster CTA `cta`.
+__device__ __forceinline__ uint32_t map_cta(uint32_t addr, uint32_t cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(cta));
+  return remote;
+}
+
+// 16 bytes into another CTA's shared memory (`at`, `bar` cluster addresses): the store completes
+// its bytes on that CTA's mbarrier `bar`, which its waiters then see like a TMA load's.
+__device__ __forceinline__ void st_async16(uint32_t at, uint32_t bar, uint32_t x, uint32_t y,
+                                           uint32_t z, uint32_t w) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
+      "[%5];" ::"r"(at),
+      "r"(x), "r"(y), "r"(z), "r"(w), "r"(bar)
+      : "memory");
+}
+
+// An arrival on another CTA's mbarrier (cluster address) that releases this thread's (and, after
+// a barrier, its group's) earlier shared-memory accesses to the cluster.
+__device__ __forceinline__ void bar_arrive_remote(uint32_t bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(bar)
+               : "memory");
+}
+
+// bar_wait whose phase completes from another CTA: acquires at cluster scope.
+__device__ __forceinline__ void bar_wait_cluster(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
 // The entry type with its operands exchanged (a swapped variant feeds b to wgmma's A operand):
 // mixed fp8 pairs swap their element types, the others are their own.
 template <class T>
@@ -192,7 +248,11 @@ struct Kernel {
   static constexpr int kBK = V::k_bytes / sizeof(T);  // K per stage
   static constexpr int kKSteps = V::k_bytes / 32;     // wgmmas per stage (32 bytes of K each)
   static constexpr int kConsumers = V::threads / 128 - 1;
+  // kCluster CTAs a cluster: kKSplit of them split one tile's K (rank 0 the leader), or kMcast
+  // tiles stacked along M share their B tile by multicast.
   static constexpr int kCluster = V::cluster;
+  static constexpr int kKSplit = KSplit<V>::value;
+  static constexpr int kMcast = kKSplit > 1 ? 1 : kCluster;
   static constexpr int kBoxBytes = 64 * 128;  // one 64-row (or 64 x 128 B MN) swizzled box
   static constexpr int kABytes = kBM * 128, kBBytes = kBN * 128;
   static constexpr int kStageBytes = kABytes + kBBytes;
@@ -213,11 +273,19 @@ struct Kernel {
       kSwap && kBN * kSwapPitch > 64 * kPitch ? kBN * kSwapPitch : 64 * kPitch;
   static constexpr int kEpiBytes =
       kEpiRows * 4 > 2 * kOutBoxBytes ? kEpiRows * 4 : 2 * kOutBoxBytes;
-  // Stages, epilogue staging, then full[] and empty[] barriers; +1024 to align the base for the
-  // 128B swizzle.
+  // Split-K inside a cluster: the leader's receive area holds, per other CTA and consumer, the
+  // warpgroup's accumulators as kBN / 8 planes of 128 threads x 16 bytes (4 accumulators of a
+  // thread side by side: conflict-free 16-byte stores and loads).
+  static constexpr int kPlaneBytes = 128 * 16;
+  static constexpr int kRxPart = kBN / 8 * kPlaneBytes;  // one consumer of one CTA
+  static constexpr int kRxBytes = (kKSplit - 1) * kConsumers * kRxPart;
+  // Stages, epilogue staging, the receive area, then full[] and empty[] barriers (and with
+  // kKSplit, rx_full[] / rx_free[] per consumer); +1024 to align the base for the 128B swizzle.
   static constexpr int kEpiOffset = kStages * kStageBytes;
-  static constexpr int kBarOffset = kEpiOffset + kConsumers * kEpiBytes;
-  static constexpr int kSmemUsed = kBarOffset + 2 * kStages * 8 + 1024;
+  static constexpr int kRxOffset = kEpiOffset + kConsumers * kEpiBytes;
+  static constexpr int kBarOffset = kRxOffset + kRxBytes;
+  static constexpr int kBarCount = 2 * kStages + (kKSplit > 1 ? 2 * kConsumers : 0);
+  static constexpr int kSmemUsed = kBarOffset + kBarCount * 8 + 1024;
   // Tile rows per group of the persistent walk (L2 reuse of B across the group's CTAs).
   static constexpr int kGroupM = 8;
   // setmaxnreg split of the 64K-register file: the producer keeps the minimum it needs, the
@@ -229,15 +297,19 @@ struct Kernel {
   static_assert(!V::layout_from_flags, "wgmma variants compile their operand layout in");
   static_assert(V::k_bytes == 128, "one 128-byte swizzle row of K per stage");
   static_assert(kBM == 64 * kConsumers, "one m64 consumer warpgroup per 64 tile rows");
-  static_assert(kSwap ? (kBN == 16 || kBN == 32) && V::cluster == 1
+  static_assert(kSwap ? (kBN == 16 || kBN == 32) && kMcast == 1
                       : kBN == 64 || kBN == 128 || kBN == 256,
-                "n64 / n128 / n256 wgmma tiles; swapped: n16 / n32, no cluster");
+                "n64 / n128 / n256 wgmma tiles; swapped: n16 / n32, no multicast cluster");
   static_assert(sizeof(T) == 2 || (!V::a_mmajor && V::b_kmajor), "8-bit operands are K-major");
   static_assert(!kSwap || kBMajorK, "swapped: a (wgmma's B, n16 / n32 rows) is K-major");
   static_assert(kSmemUsed <= V::smem, "pipeline does not fit the variant's shared memory");
   static_assert(kConsumers * 128 * kConsumerRegs + 128 * kProducerRegs <= 65536);
-  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs along M");
-  static_assert(kGroupM % kCluster == 0 && (kBN / 64) % kCluster == 0, "whole B slices per CTA");
+  // 4-CTA K-split clusters ran at 0.3-0.7x of the unsplit tile on an H200 (2026-11-28), about
+  // twice its time on every shape: most likely the persistent grid's 33 clusters of 4 do not all
+  // fit the GPCs at once, and the last ones run as a second wave.
+  static_assert(kKSplit > 1 ? kKSplit == kCluster && kKSplit == 2 : kCluster == 1 || kCluster == 2,
+                "multicast clusters of 1 or 2 CTAs along M; K split by the 2 CTAs of a cluster");
+  static_assert(kGroupM % kMcast == 0 && (kBN / 64) % kMcast == 0, "whole B slices per CTA");
 
   using Acc = AccT<T>;
   using Pair = std::conditional_t<kInt8, int2, float2>;
@@ -265,14 +337,14 @@ struct Kernel {
     float col_s[kBN / 32 > 0 ? kBN / 32 : 1], col_b[kBN / 32 > 0 ? kBN / 32 : 1];
   };
 
-  // Matrix by matrix; inside one, grouped order over cluster tiles (kCluster tiles stacked along
+  // Matrix by matrix; inside one, grouped order over cluster tiles (kMcast tiles stacked along
   // M): kGroupM tile rows are walked column by column, so concurrently running CTAs cover a
-  // compact block of the output. Tile index i is CTA i % kCluster's part of cluster tile
-  // i / kCluster; tiles_m is a multiple of kCluster (tiles past M are computed, never stored).
+  // compact block of the output. Tile index i is CTA i % kMcast's part of cluster tile
+  // i / kMcast; tiles_m is a multiple of kMcast (tiles past M are computed, never stored).
   static __device__ __forceinline__ Tile tile_at(int64_t tile, int64_t tiles_m, int64_t tiles_n) {
-    constexpr int kGroup = kGroupM / kCluster;
-    const int64_t rank = tile % kCluster, rows = tiles_m / kCluster;
-    tile /= kCluster;
+    constexpr int kGroup = kGroupM / kMcast;
+    const int64_t rank = tile % kMcast, rows = tiles_m / kMcast;
+    tile /= kMcast;
     const int64_t per_matrix = rows * tiles_n;
     const int64_t z = tile / per_matrix;
     tile -= z * per_matrix;
@@ -280,19 +352,31 @@ struct Kernel {
     const int64_t first_m = tile / group_tiles * kGroup;
     const int64_t group_m = min(rows - first_m, static_cast<int64_t>(kGroup));
     const int64_t r = tile % group_tiles;
-    return {static_cast<int32_t>(((first_m + r % group_m) * kCluster + rank) * kBM),
+    return {static_cast<int32_t>(((first_m + r % group_m) * kMcast + rank) * kBM),
             static_cast<int32_t>(r / group_m * kBN), z};
+  }
+
+  // The workspace splits of a launch (1: none; never for swapped variants).
+  static __device__ __forceinline__ int64_t splits(const ak_gemm_params& p) {
+    return kSwap || p.splits <= 1 ? 1 : p.splits;
   }
 
   // Split-K (p.splits > 1, one matrix): unit u is split u / num_tiles of tile u % num_tiles, so
   // the first wave runs every tile's first split. k_split is a multiple of 128 elements, so of
-  // the stage and of the fp8 scale block: no stage straddles two splits.
+  // the stage and of the fp8 scale block: no stage straddles two splits. Inside a cluster
+  // (kKSplit), the CTA of rank r takes the r-th of kKSplit runs of whole stages (one stage is one
+  // 128-element fp8 scale block); a CTA past a short K gets none.
   static __device__ __forceinline__ Work work_at(const ak_gemm_params& p, int64_t unit,
                                                  int64_t num_tiles, int64_t tiles_m,
                                                  int64_t tiles_n, int32_t k_tiles) {
     const int64_t split = unit / num_tiles;
     const Tile t = tile_at(unit - split * num_tiles, tiles_m, tiles_n);
-    if (p.splits <= 1) return {t, 0, k_tiles, 0};
+    if constexpr (kKSplit > 1) {
+      const int32_t per = (k_tiles + kKSplit - 1) / kKSplit;
+      const int32_t kt0 = min(k_tiles, static_cast<int32_t>(blockIdx.x % kKSplit) * per);
+      return {t, kt0, min(k_tiles, kt0 + per), 0};
+    }
+    if (splits(p) <= 1) return {t, 0, k_tiles, 0};
     const int32_t per = static_cast<int32_t>(p.k_split / kBK);
     const int32_t kt0 = static_cast<int32_t>(split) * per;
     return {t, kt0, min(k_tiles, kt0 + per), split};
@@ -300,15 +384,19 @@ struct Kernel {
 
   // This CTA's slice of the B tile: rows (K-major) or 64-column boxes (N-major) [kSliceN * rank,
   // kSliceN * (rank + 1)), multicast to every CTA of the cluster.
-  static constexpr int kSliceN = kBN / kCluster;
+  static constexpr int kSliceN = kBN / kMcast;
   static __device__ __forceinline__ void load_b(uint32_t dst, const CUtensorMap* map, uint32_t bar,
                                                 int32_t inner, int32_t outer) {
-    if constexpr (kCluster == 1) {
+    if constexpr (kMcast == 1) {
       tma_load(dst, map, bar, inner, outer);
     } else {
-      tma_load_multicast(dst, map, bar, inner, outer, (1u << kCluster) - 1);
+      tma_load_multicast(dst, map, bar, inner, outer, (1u << kMcast) - 1);
     }
   }
+
+  // The persistent walk's first unit and stride: a K-split cluster's CTAs walk the same units.
+  static __device__ __forceinline__ int64_t first_unit() { return blockIdx.x / kKSplit; }
+  static __device__ __forceinline__ int64_t unit_step() { return gridDim.x / kKSplit; }
 
   // Batches: the host folds each batched operand's matrices into its tensor map's outer
   // dimension (rows of M / N when K-major, of K when M / N-major), matrix z starting z * a_bs /
@@ -321,10 +409,10 @@ struct Kernel {
     const int64_t a_rows = p.a_bs ? p.a_bs / p.lda : 0, b_rows = p.b_bs ? p.b_bs / p.ldb : 0;
     const CUtensorMap* map_a = kSwap ? &p.tmap_b : &p.tmap_a;
     const CUtensorMap* map_b = kSwap ? &p.tmap_a : &p.tmap_b;
-    const int rank = static_cast<int>(blockIdx.x % kCluster);  // a 1-D cluster along x
+    const int rank = static_cast<int>(blockIdx.x % kMcast);  // a 1-D cluster along x
     int stage = 0;
     uint32_t phase = 0;
-    for (int64_t unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
+    for (int64_t unit = first_unit(); unit < num_units; unit += unit_step()) {
       const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
       const Tile& t = w.t;
       const int32_t a_off = static_cast<int32_t>(t.z * (kSwap ? b_rows : a_rows));
@@ -356,7 +444,7 @@ struct Kernel {
         }
       }
     }
-    if constexpr (kCluster > 1) {
+    if constexpr (kMcast > 1) {
       // The other CTAs' consumers arrive on this CTA's empty barriers: one more wait per stage
       // sees each stage's last release, after which no arrival is left in flight.
       for (int s = 0; s < kStages; ++s) {
@@ -389,10 +477,10 @@ struct Kernel {
   // it (its B slice lands in all of them): lane r arrives on CTA r's empty barrier.
   static __device__ __forceinline__ void release(uint32_t empty, int stage) {
     const uint32_t lane = threadIdx.x % 32;
-    if constexpr (kCluster == 1) {
+    if constexpr (kMcast == 1) {
       if (lane == 0) bar_arrive(empty + 8 * stage);
     } else {
-      if (lane < kCluster) bar_arrive_cluster(empty + 8 * stage, lane);
+      if (lane < kMcast) bar_arrive_cluster(empty + 8 * stage, lane);
     }
   }
 
@@ -407,7 +495,7 @@ struct Kernel {
                                                     const Factors& f, Acc* buf) {
     const Tile& t = w.t;
     if constexpr (!kInt8) {
-      if (p.splits > 1) {
+      if (splits(p) > 1) {
         store_partials(p, w, consumer, acc);
         return;
       }
@@ -472,26 +560,6 @@ struct Kernel {
       }
     }
     consumer_sync(consumer);  // the next tile overwrites the staging area
-  }
-
-  // A swapped split's raw partials: accumulator (r, c) of consumer q goes to ws row n0 + c,
-  // column m0 + 64 q + r; each store instruction writes 32 contiguous bytes of 4 rows. Columns up
-  // to the padded width are written (zeros past N, as store_partials).
-  static __device__ __forceinline__ void store_partials_swapped(const ak_gemm_params& p,
-                                                                const Work& w, int consumer,
-                                                                const float (&acc)[kBN / 2]) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
-    const int64_t n = w.t.m0 + consumer * 64 + warp * 16 + lane / 4, ldw = split_ld(p);
-    float* ws = static_cast<float*>(p.ws) + w.split * p.m * ldw;
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      const int64_t m = w.t.n0 + 8 * j + 2 * (lane % 4);
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int64_t mm = m + r % 2, nn = n + 8 * (r / 2);
-        if (mm < p.m && nn < ldw) ws[mm * ldw + nn] = acc[4 * j + r];
-      }
-    }
   }
 
   static __device__ __forceinline__ bool has_cols(const ak_gemm_params& p) {
@@ -770,6 +838,7 @@ struct Kernel {
   static __device__ __forceinline__ void main_direct(uint32_t smem, uint32_t full, uint32_t empty,
                                                      int consumer, const Work& w, int& stage,
                                                      uint32_t& phase, Acc (&acc)[kBN / 2]) {
+    if (kKSplit > 1 && w.kt0 == w.kt1) return;  // a cluster CTA past a short K
     int last = 0;
     for (int32_t kt = w.kt0; kt < w.kt1; ++kt) {
       bar_wait(full + 8 * stage, phase);
@@ -875,6 +944,82 @@ struct Kernel {
     }
   }
 
+  // Split-K inside a cluster. The receive area of consumer `consumer` and CTA `rank` (1 ..
+  // kKSplit - 1) in the leader, this thread's 16 bytes of plane 0; and the consumer's rx_full /
+  // rx_free barriers (each CTA has both; the leader waits on its rx_full, the others on rx_free).
+  static __device__ __forceinline__ uint32_t rx_at(uint32_t smem, int consumer, int rank) {
+    return smem + kRxOffset + ((rank - 1) * kConsumers + consumer) * kRxPart +
+           threadIdx.x % 128 * 16;
+  }
+  static __device__ __forceinline__ uint32_t rx_full(uint32_t smem, int consumer) {
+    return smem + kBarOffset + 8 * (2 * kStages + consumer);
+  }
+  static __device__ __forceinline__ uint32_t rx_free(uint32_t smem, int consumer) {
+    return rx_full(smem, consumer) + 8 * kConsumers;
+  }
+
+  static __device__ __forceinline__ uint32_t bits(Acc v) {
+    if constexpr (kInt8) {
+      return static_cast<uint32_t>(v);
+    } else {
+      return __float_as_uint(v);
+    }
+  }
+  static __device__ __forceinline__ Acc from_bits(uint32_t v) {
+    if constexpr (kInt8) {
+      return static_cast<int32_t>(v);
+    } else {
+      return __uint_as_float(v);
+    }
+  }
+
+  // A non-leader CTA's accumulators into the leader's receive area, once the leader has handed it
+  // back from the previous tile (a fresh barrier's parity phase ^ 1 passes at once).
+  static __device__ __forceinline__ void send(uint32_t smem, int consumer, uint32_t& phase,
+                                              const Acc (&acc)[kBN / 2]) {
+    const int rank = static_cast<int>(blockIdx.x % kKSplit);
+    bar_wait_cluster(rx_free(smem, consumer), phase ^ 1);
+    phase ^= 1;
+    const uint32_t at = map_cta(rx_at(smem, consumer, rank), 0);
+    const uint32_t bar = map_cta(rx_full(smem, consumer), 0);
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      st_async16(at + j * kPlaneBytes, bar, bits(acc[4 * j]), bits(acc[4 * j + 1]),
+                 bits(acc[4 * j + 2]), bits(acc[4 * j + 3]));
+    }
+  }
+
+  // The leader: the other CTAs' accumulators added to its own in rank order 1, 2, ... (the same
+  // order every run: bitwise repeatable), then the receive area handed back to each of them.
+  static __device__ __forceinline__ void gather(uint32_t smem, int consumer, uint32_t& phase,
+                                                Acc (&acc)[kBN / 2]) {
+    const uint32_t full = rx_full(smem, consumer);
+    if (threadIdx.x % 128 == 0) bar_arrive_expect_tx(full, (kKSplit - 1) * kRxPart);
+    bar_wait_cluster(full, phase);
+    phase ^= 1;
+#pragma unroll
+    for (int r = 1; r < kKSplit; ++r) {
+      const uint32_t at = rx_at(smem, consumer, r);
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        uint32_t x, y, z, w;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(x), "=r"(y), "=r"(z), "=r"(w)
+                     : "r"(at + j * kPlaneBytes)
+                     : "memory");
+        acc[4 * j] += from_bits(x);
+        acc[4 * j + 1] += from_bits(y);
+        acc[4 * j + 2] += from_bits(z);
+        acc[4 * j + 3] += from_bits(w);
+      }
+    }
+    consumer_sync(consumer);  // every thread has read the area
+    if (threadIdx.x % 128 == 0) {
+#pragma unroll
+      for (int r = 1; r < kKSplit; ++r) bar_arrive_remote(map_cta(rx_free(smem, consumer), r));
+    }
+  }
+
   template <int kAccum>
   static __device__ __forceinline__ void consume(const ak_gemm_params& p, uint32_t smem,
                                                  uint32_t full, uint32_t empty, Acc* buf,
@@ -884,9 +1029,10 @@ struct Kernel {
     // A stage is one K block of the scales, a part inside one scale_b block.
     static_assert(kAccum == kDirect || (kBK == kScaleBlockK && kScaleBlockN % kPart == 0));
     const int consumer = threadIdx.x / 128 - 1;
+    const bool leader = blockIdx.x % kKSplit == 0;
     int stage = 0;
-    uint32_t phase = 0;
-    for (int64_t unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
+    uint32_t phase = 0, rx_phase = 0;
+    for (int64_t unit = first_unit(); unit < num_units; unit += unit_step()) {
       const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
       Factors f;
       if constexpr (kAccum == kDirect) f = tile_factors(p, w.t, consumer);
@@ -901,18 +1047,21 @@ struct Kernel {
       // The promoted loops' registers are full while the main loop runs: their factors are
       // read here.
       if constexpr (kAccum != kDirect) f = tile_factors(p, w.t, consumer);
-      if constexpr (kSwap && kInt8) {
-        store_swapped(p, w.t, consumer, acc, buf);  // int8 never splits
-      } else if constexpr (kSwap) {
-        if (p.splits > 1) {
-          store_partials_swapped(p, w, consumer, acc);
-        } else {
-          store_swapped(p, w.t, consumer, acc, buf);
+      if constexpr (kKSplit > 1) {
+        if (!leader) {
+          send(smem, consumer, rx_phase, acc);
+          continue;
         }
+        gather(smem, consumer, rx_phase, acc);
+      }
+      if constexpr (kSwap) {
+        store_swapped(p, w.t, consumer, acc, buf);
       } else {
         store_tile(p, w, consumer, acc, f, buf);
       }
     }
+    // The leader's last hand-back arrives on this CTA's barrier: it must not exit before.
+    if (kKSplit > 1 && !leader) bar_wait_cluster(rx_free(smem, consumer), rx_phase ^ 1);
   }
 
   static __device__ __forceinline__ void run(const ak_gemm_params& p) {
@@ -925,8 +1074,12 @@ struct Kernel {
     const uint32_t full = smem + kBarOffset, empty = full + 8 * kStages;
     if (threadIdx.x == 0) {
       for (int s = 0; s < kStages; ++s) {
-        bar_init(full + 8 * s, 1);                           // the producer's expect_tx arrival
-        bar_init(empty + 8 * s, kConsumers * 4 * kCluster);  // per consumer warp of the cluster
+        bar_init(full + 8 * s, 1);                         // the producer's expect_tx arrival
+        bar_init(empty + 8 * s, kConsumers * 4 * kMcast);  // per consumer warp of the cluster
+      }
+      for (int c = 0; c < (kKSplit > 1 ? kConsumers : 0); ++c) {
+        bar_init(rx_full(smem, c), 1);  // the leader's expect_tx arrival
+        bar_init(rx_free(smem, c), 1);  // the leader's hand-back
       }
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -937,11 +1090,11 @@ struct Kernel {
     }
     // Tile rows rounded up to whole cluster tiles; swapped tiles' rows run along N.
     const int64_t rows = kSwap ? p.n : p.m, cols = kSwap ? p.m : p.n;
-    const int64_t tiles_m = (rows + kBM * kCluster - 1) / (kBM * kCluster) * kCluster;
+    const int64_t tiles_m = (rows + kBM * kMcast - 1) / (kBM * kMcast) * kMcast;
     const int64_t tiles_n = (cols + kBN - 1) / kBN;
     const int64_t num_tiles = (p.batch > 1 ? p.batch : 1) * tiles_m * tiles_n;
     const int32_t k_tiles = static_cast<int32_t>((p.k + kBK - 1) / kBK);
-    const int64_t num_units = num_tiles * (p.splits > 1 ? p.splits : 1);
+    const int64_t num_units = num_tiles * splits(p);
     if (threadIdx.x < 128) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
       if (threadIdx.x == 0) {

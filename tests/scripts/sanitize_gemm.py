@@ -2,11 +2,11 @@
 
 Every path the device's image holds (mma.sync; wgmma on sm_90a, forced with
 AOTKERNELS_GEMM_PATH; the clustered and the swapped wgmma tiles forced in place of the table's,
-the swapped ones with split-K too), every operand dtype, layout and scale mode, bias and K = 0,
-on small odd shapes. Each operand lives in a device buffer of exactly its span (a tail over-read
-is a memcheck error), passed as a DLPack view; row padding holds large values that would show in
-the results. Inputs are small integers and scales powers of two, so results are checked exactly
-with numpy.
+the swapped K-split clusters with more tiles than clusters too), every operand dtype, layout and
+scale mode, bias and K = 0, on small odd shapes. Each operand lives in a device buffer of exactly
+its span (a tail over-read is a memcheck error), passed as a DLPack view; row padding holds large
+values that would show in the results. Inputs are small integers and scales powers of two, so
+results are checked exactly with numpy.
 """
 
 from __future__ import annotations
@@ -183,13 +183,18 @@ if "wgmma" in paths:
     # The clusters' shared B stages: 2 tile rows, the second cluster half empty.
     table = gemm._wgmma_tile
     fam = loader.family_on("gemm", 0)
-    for tile in (v for v, info in fam.variants.items() if info.get("cluster", 1) > 1):
+    multicast = (
+        v
+        for v, info in fam.variants.items()
+        if info.get("cluster", 1) > 1 and not info.get("ksplit")
+    )
+    for tile in multicast:
         gemm._wgmma_tile = lambda *args, tile=tile: tile
         _op._PLANS.clear()
         run_matmul("wgmma", 130, 300, 200)
     # The swapped tiles where they may run (a K-major, no block scales): several tile columns
-    # along M, the last one partial, and 2 splits of K.
-    split_k = gemm._split_k
+    # along M, the last one partial; the K-split clusters also on 69 tiles (more than the
+    # clusters: each leader's receive area is handed back and refilled).
     for tile in (v for v, info in fam.variants.items() if info.get("swap_ab")):
 
         def swapped(m: int, n: int, batch: int, sms: int, block: bool, a_kmajor: bool = True,
@@ -201,10 +206,8 @@ if "wgmma" in paths:
         _op._PLANS.clear()
         run_matmul("wgmma", 40, 130, 200)
         run_scaled_mm("wgmma", 40, 130, 200)
-        gemm._split_k = lambda *args: gemm._Split(2, 128)
-        _op._PLANS.clear()
-        run_matmul("wgmma", 7, 130, 200)
-        gemm._split_k = split_k
+        if fam.variants[tile].get("ksplit"):
+            run_matmul("wgmma", 7, 4400, 200)
     gemm._wgmma_tile = table
     _op._PLANS.clear()
 os.environ[ENV] = "mma_sync"  # K = 0: epilogue(0) on mma.sync

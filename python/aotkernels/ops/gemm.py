@@ -13,7 +13,9 @@ condition                                  variant
 sm_100a, AOTKERNELS_GEMM_TCGEN05=1, TMA    ``tc_128x256``
 sm_90a, TMA-legal operands, M <= 32, one   swapped (``_swaps``): ``wg_16x64t`` (M <= 16) or
 matrix, a K-major, no block scales         ``wg_32x64t``; ``wg_16x128t`` / ``wg_32x128t``
-                                           where N / 64 > SMs; no split-K
+                                           where N / 64 > SMs; ``wg_16x64tk2`` /
+                                           ``wg_32x64tk2`` (K split by a 2-CTA cluster)
+                                           where 4 N / 64 <= SMs; no workspace split
 sm_90a, TMA-legal operands, M <= 64        ``wg_64x128``, split-K by ``_split_k``
 sm_90a, TMA-legal, M <= 128, 64x128       ``wg_64x64``
 tiles fill at most half the SMs
@@ -127,15 +129,61 @@ int8 32x8192x8192          0.95    0.93      [1.06]    1.07                  1.0
 Earlier runs of the same build (table then without the 128-column tiles): bf16 16x4096x14336
 0.82 -> 0.88 (kn 0.81 -> 0.83), fp8 16x4096x14336 0.81 -> 1.02, int8 32x4096x4096 0.96 -> 1.24,
 int8 32x4096x14336 1.07 -> 1.52, bf16 1x4096x4096 0.69 -> 0.94, 8x4096x4096 0.71 -> 0.93,
-32x4096x4096 0.76 -> 0.91, fp8 32x4096x4096 0.66 -> 0.77. Splitting a swapped tile's K never
-paid (``wg_16x64t`` with 2 splits: 0.84 against 0.92 unsplit at bf16 16x4096x4096, 0.87
-against 0.88 at 16x4096x14336; 4 splits slower still): the reduction launch costs more than the
-SMs it adds. At M = 64 (two or four swapped tile columns) the 64-row tile is faster (bf16
-64x4096x4096: 0.76 against 0.52 for ``wg_16x64t`` and 0.63 for ``wg_32x64t`` with 2 splits).
+32x4096x4096 0.76 -> 0.91, fp8 32x4096x4096 0.66 -> 0.77. Splitting a swapped tile's K through
+the workspace never paid (``wg_16x64t`` with 2 splits: 0.84 against 0.92 unsplit at bf16
+16x4096x4096, 0.87 against 0.88 at 16x4096x14336; 4 splits slower still): the reduction launch
+costs more than the SMs it adds. At M = 64 (two or four swapped tile columns) the 64-row tile
+is faster (bf16 64x4096x4096: 0.76 against 0.52 for ``wg_16x64t`` and 0.63 for ``wg_32x64t``
+with 2 splits).
 
-Split-K pays only while one row of tiles streams a long K: M <= 64 (less the calls that take a
-swapped tile, which do not split), at least 48 stages of 128 bytes of K per split, as many splits
-as fill half of 132 CTAs (``_split_k``; at most 16).
+Split-K inside a thread-block cluster (the variants whose ``ksplit`` is set, ``wg_16x64tk2`` and
+``wg_32x64tk2``): the cluster's two CTAs stream the two halves of one swapped tile's K stages,
+and the leader adds the other's accumulators from distributed shared memory in rank order, with
+no workspace and no second launch. Where the unsplit grid fills half the SMs (N = 4096: 64
+tiles on 132 SMs) it is slower on every row: on an H200 (2026-11-28, the bench's own M <= 32
+rows in 4 fresh processes per configuration, alternated; median ratio to the anchor, int8 at
+M = 32):
+
+=========================  ========  ========
+M x N x K                  unsplit   2-CTA K
+=========================  ========  ========
+bf16 16x4096x4096          1.013     0.957
+bf16 16x4096x4096 kn       1.015     0.914
+bf16 16x4096x14336         1.010     0.970
+bf16 16x4096x14336 kn      0.982     0.928
+fp8 16x4096x4096           0.889     0.830
+fp8 16x4096x14336          1.010     0.974
+int8 32x4096x4096          1.350     1.221
+int8 32x4096x14336         1.643     1.552
+=========================  ========  ========
+
+Forced on more tiles it loses more (bf16 16x8192x8192 0.883 against 0.939, 16x14336x4096 0.766
+against 0.938; one process), and 4-CTA clusters took about twice the unsplit time on every shape
+(most likely not all of a persistent grid of 33 clusters of 4 fit the GPCs at once). Where one
+CTA a tile leaves three quarters of the SMs idle, the split pays, and the table takes it there
+(H200, 2026-11-28, one process, alternating rounds; ratio to the anchor; 48 tiles tie):
+
+=========================  ========  ========
+M x N x K (tiles)          unsplit   2-CTA K
+=========================  ========  ========
+bf16 16x1024x4096 (16)     0.697     0.839
+bf16 16x1024x4096 kn       0.680     0.799
+bf16 16x1024x14336         0.446     0.655
+bf16 16x2048x4096 (32)     0.809     0.932
+bf16 16x2048x8192          0.716     0.919
+bf16 32x2048x4096          0.772     0.871
+fp8 16x1024x4096           0.817     0.885
+fp8 16x2048x4096           0.804     0.849
+fp8 16x2048x8192           0.795     0.942
+int8 32x1024x4096          1.374     1.452
+int8 32x2048x8192          1.569     1.770
+bf16 16x3072x4096 (48)     0.968     0.964
+=========================  ========  ========
+
+Split-K through the workspace pays only while one row of tiles streams a long K: M <= 64 (less
+the calls that take a swapped tile, whose K splits only inside a cluster, see above), at least
+48 stages of 128 bytes of K per split, as many splits as fill half of 132 CTAs (``_split_k``; at
+most 16).
 Measured on an H100 (2026-11-28, ``wg_64x128`` forced with 1 to 4 splits, TFLOP/s of two runs;
 run-to-run noise reaches 10 % on these 15-35 us calls; one bf16 sample of run 2 was disturbed):
 
@@ -327,9 +375,14 @@ _FILL_MARGIN = 0.05
 
 
 # Swapped tiles (d^T = b^T a^T, the variants whose ``swap_ab`` is set): (rows of M, variant of
-# 64 columns, variant of 128 columns), the fewest rows that hold M taken; 128 columns (two
-# consumer warpgroups) where the 64-column tiles would take more than one wave of the SMs.
-_SWAP_TILES = ((16, "wg_16x64t", "wg_16x128t"), (32, "wg_32x64t", "wg_32x128t"))
+# 64 columns, variant of 128 columns, variant of 64 columns whose 2-CTA cluster splits K), the
+# fewest rows that hold M taken; 128 columns (two consumer warpgroups) where the 64-column tiles
+# would take more than one wave of the SMs, K split in the cluster where they would fill at most
+# a quarter of them (at half, 64 tiles on 132 SMs, the unsplit grid measured faster).
+_SWAP_TILES = (
+    (16, "wg_16x64t", "wg_16x128t", "wg_16x64tk2"),
+    (32, "wg_32x64t", "wg_32x128t", "wg_32x64tk2"),
+)
 _SWAP_MAX_M = _SWAP_TILES[-1][0]
 
 
@@ -348,8 +401,11 @@ def _wgmma_tile(
     along K (``_split_k``) take ``wg_64x128`` whatever the GPU: the workspace is sized from the
     shape alone. ``itemsize``: bytes per operand element."""
     if _swaps(m, batch, block_scaled, a_kmajor):
-        rows, tile64, tile128 = next(t for t in _SWAP_TILES if m <= t[0])
-        return tile128 if _tiles(1, m, n, rows, 64) > sms else tile64
+        rows, tile64, tile128, split2 = next(t for t in _SWAP_TILES if m <= t[0])
+        tiles = _tiles(1, m, n, rows, 64)
+        if tiles > sms:
+            return tile128
+        return split2 if 4 * tiles <= sms else tile64
     if m <= _SPLIT_MAX_M:
         return "wg_64x128"
     # Few tiles: 8192 outputs each, as two consumers of 64 columns for 8-bit operands (faster
@@ -451,9 +507,9 @@ def _split_k(
     table): as many splits as fill half of ``_SPLIT_CTAS`` CTAs, each at least
     ``_SPLIT_MIN_STAGES`` stages of 128 bytes of K. A function of the call only (not of the
     GPU), so that the workspace shape is known without a device (torch's fake tensors); int8
-    (exact s32 sums), batches and swapped tiles (``swapped``: the call takes one, ``_swaps``;
-    splitting them measured slower) do not split. Splits start on 128-element K blocks (the fp8
-    scale blocks)."""
+    (exact s32 sums), batches and swapped tiles (``swapped``: the call takes one, ``_swaps``; the
+    table splits their K inside a thread-block cluster instead) do not split. Splits start on
+    128-element K blocks (the fp8 scale blocks)."""
     int8 = split_dtype(dtype)[0] == "int8"
     if swapped or m > _SPLIT_MAX_M or math.prod(batch) > 1 or int8 or not n:
         return _Split(1, 0)
@@ -558,8 +614,9 @@ def _tensor_maps(
     v = fam.variants[pick.variant]
     item = ITEMSIZE[a.dtype]
     bk = int(v["k_bytes"]) // item
-    # A cluster's CTAs each load one slice of their shared K-major B tile (a narrower box).
-    b_rows = int(v["bn"]) // int(v.get("cluster", 1))
+    # A multicast cluster's CTAs each load one slice of their shared K-major B tile (a narrower
+    # box); a K-split cluster's CTAs load whole tiles.
+    b_rows = int(v["bn"]) // (int(v.get("cluster", 1)) // int(v.get("ksplit", 1)))
     box_inner = 128 // item
     maps = []
     for name, info, ld, outer_extent, tile, k_major, fold in (
@@ -819,8 +876,10 @@ def _launch(a: Args) -> list[Launch]:
         split = _Split(1, 0)  # the workspace goes unused
     cluster = int(v.get("cluster", 1))
     if pick.path != "mma_sync":
-        # Persistent: a whole number of clusters, tile rows rounded up to whole cluster tiles.
-        tiles = _tiles(bt.n, m, n, bm_tile * cluster, bn_tile) * cluster
+        # Persistent: a whole number of clusters. A multicast cluster stacks its tiles along M
+        # (tile rows rounded up to whole cluster tiles); a K-split one runs all its CTAs on a tile.
+        stack = cluster // int(v.get("ksplit", 1))
+        tiles = _tiles(bt.n, m, n, bm_tile * stack, bn_tile) * cluster
         grid = (min(tiles * split.splits, fam.device.sm_count // cluster * cluster), 1, 1)
     # The wgmma epilogue stores 16-bit outputs through TMA where d is one TMA-legal matrix (not
     # with split-K: the splits' partials are f32).

@@ -1,0 +1,132 @@
+"""Paired in-process timings of the small-M GEMM rows: anchor, this build's table, and candidates
+forced in the same build (variants by name; "unsplit": the 64-column swapped tile without the
+K-split cluster, which is main's pick on these rows). Alternating rounds, medians, JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import torch
+
+import aotkernels as ak
+from aotkernels.bench import gemm as bg
+from aotkernels.bench.timing import gpu_samples
+from aotkernels.ops import _op, gemm
+
+TILE0 = gemm._wgmma_tile
+state: dict[str, Any] = {}
+
+
+def tile(m: int, n: int, batch: int, sms: int, block: bool, *rest: Any) -> str:
+    v = state.get("variant")
+    if v is None:
+        return TILE0(m, n, batch, sms, block, *rest)
+    if v == "unsplit":
+        return "wg_16x64t" if m <= 16 else "wg_32x64t"
+    if v == "k2":
+        return "wg_16x64tk2" if m <= 16 else "wg_32x64tk2"
+    if v == "k4":
+        return "wg_16x64tk4"
+    return v
+
+
+gemm._wgmma_tile = tile
+PICK0 = gemm._pick
+last_pick = [""]
+
+
+def pick(*args: Any, **kwargs: Any) -> Any:
+    got = PICK0(*args, **kwargs)
+    last_pick[0] = got.variant
+    return got
+
+
+gemm._pick = pick
+
+
+def force(cand: str) -> None:
+    state.clear()
+    if cand != "table":
+        state["variant"] = cand
+    _op._PLANS.clear()
+
+
+def cases(dt: str, m: int, n: int, k: int, layout: str) -> Any:
+    shape = bg.GemmShape("llm", m, n, k)
+    if dt == "bf16":
+        cs = bg._float_cases(torch, ak, "bf16", shape)
+        return cs[0] if layout == "kk" else cs[1]
+    if dt == "fp8":
+        return bg._fp8_cases(torch, ak, shape, ("tensor",), False)[0]
+    return bg._int8_cases(torch, ak, shape)[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", required=True)
+    ap.add_argument("--cands", default="table,unsplit")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--budget", type=float, default=1e9)
+    args = ap.parse_args()
+    t0 = time.time()
+    out = []
+    cands = args.cands.split(",")
+    for row in args.rows.split(","):
+        if time.time() - t0 > args.budget:
+            print("budget reached", flush=True)
+            break
+        dt, _, rest = row.partition(":")
+        shape, _, layout = rest.partition(":")
+        layout = layout or "kk"
+        m, n, k = (int(x) for x in shape.split("x"))
+        case = cases(dt, m, n, k, layout)
+        flops = 2 * m * n * k
+        samples: dict[str, list[float]] = {"anchor": []}
+        errs: dict[str, float] = {}
+        picks: dict[str, str] = {}
+        ref = case.anchor(0).float()
+        for c in cands:
+            force(c)
+            try:
+                y = case.ours(0).float()
+                errs[c] = float(((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item())
+                samples[c] = []
+                picks[c] = last_pick[0]
+            except Exception as e:
+                print(f"{row} {c} failed: {e}", file=sys.stderr, flush=True)
+        for _ in range(args.rounds):
+            samples["anchor"] += gpu_samples(case.anchor, args.reps)
+            for c in cands:
+                if c in samples:
+                    force(c)
+                    samples[c] += gpu_samples(case.ours, args.reps)
+        force("table")
+        med = {c: statistics.median(v) for c, v in samples.items() if v}
+        tf = {c: round(flops / ms / 1e9, 1) for c, ms in med.items()}
+        ratio = {c: round(med["anchor"] / ms, 3) for c, ms in med.items() if c != "anchor"}
+        us = {c: round(ms * 1e3, 2) for c, ms in med.items()}
+        print(
+            f"{row:26s} anchor {tf['anchor']:6.1f} ({us['anchor']:6.2f} us) | "
+            + " ".join(f"{c}={tf[c]}({ratio[c]:.3f})" for c in cands if c in tf),
+            flush=True,
+        )
+        print("    picks", picks, "err", {c: f"{e:.1e}" for c, e in errs.items()}, flush=True)
+        out.append(
+            {"row": row, "TFLOPS": tf, "us": us, "ratio": ratio, "err": errs, "picks": picks}
+        )
+        del case
+        torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
