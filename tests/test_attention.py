@@ -27,6 +27,7 @@ import pytest
 import aotkernels as ak
 from aotkernels import arrays, loader
 from aotkernels.ops import _op
+from aotkernels.ops import attention as attention_mod
 from aotkernels.ops._op import Meta, TensorMap, pack_tensor_map, tensor_map_problem
 from aotkernels.ops.attention import (
     Tile,
@@ -732,15 +733,18 @@ def test_runner_fa3(monkeypatch: pytest.MonkeyPatch) -> None:
     ak.attention(q, k, v, causal=True, return_lse=True)
     (ln,) = gpu.launches
     assert ln["symbol"] == "ak_attn_fwd_f16_fa3_d128_defer" and ln["grid"] == (32, 1, 1)
-    assert ln["block"] == (384, 1, 1) and ln["flags"] == 32
+    assert ln["block"] == (384, 1, 1) and ln["flags"] == 32 | 128  # write_lse, tma_out
     assert ln["smem"] == gpu.family.variants["fa3_d128_defer"]["smem"]
     off = gpu.family.field_offsets
     ptr_index = {n: i for i, n in enumerate(gpu.ptr_names)}
-    tq, tk, tv = ln["tmaps"]
+    tq, tk, tv, to = ln["tmaps"]
     assert tq[:4] == (off["tmap_q"], ptr_index["q"], 6, 4)  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16
     assert tq[4:] == (128, 8, 300, 2, 1, 256, 2048, 614400, 0, 64, 1, 128, 1, 1)
     assert tk[:2] == (off["tmap_k"], ptr_index["k"]) and tk[4:8] == (128, 2, 500, 2)
     assert tv[:2] == (off["tmap_v"], ptr_index["v"])
+    # The output's map: one consumer warp's 16 rows per box, the output's own strides.
+    assert to[:4] == (off["tmap_o"], ptr_index["out"], 6, 4)
+    assert to[4:] == (128, 8, 300, 2, 1, 256, 2048, 614400, 0, 64, 1, 16, 1, 1)
     gpu.launches.clear()
     monkeypatch.setenv(ENV, "fa2")
     ak.attention(q, k, v, causal=True)
@@ -1065,6 +1069,48 @@ def test_strided_inputs_and_out() -> None:
     ref, _ = reference(q, k, v, causal=True)
     torch.testing.assert_close(out.float(), ref, **tol(torch.bfloat16))
     assert big[..., 128:].isnan().all()  # nothing written outside out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mapped", [True, False])
+@pytest.mark.parametrize("d", [64, 96, 128])
+def test_output_staging(monkeypatch: pytest.MonkeyPatch, d: int, mapped: bool) -> None:
+    """fa3's epilogue through shared memory: the TMA store of each warp's 16 rows (the dense map
+    clipping a last warp that crosses the sequence's end; a padded head dim clipped at d), and
+    the 16-byte copies that replace it where a varlen warp crosses its sequence's end (and, with
+    no output map, everywhere). A strided out= keeps NaN in every element it does not own, the
+    LSE matches, a repeat is bitwise equal."""
+    torch = _torch()
+    if not mapped:  # as for an output the driver could not map
+        monkeypatch.setattr(attention_mod, "_fa3_out_map", lambda p, out: None)
+    dt = torch.bfloat16
+    extra = 0 if mapped else 8  # a unique shape per case: each one configures its own launch
+    sq, sk = 211 + d + extra, 300
+    q = rand(2, sq, 4, d, dtype=dt)
+    k, v = rand(2, sk, 2, d, dtype=dt), rand(2, sk, 2, d, dtype=dt)
+    big = torch.full((2, 4, sq, d + 40), float("nan"), device="cuda", dtype=dt)
+    out = big[..., :d].transpose(1, 2)
+    for causal in (False, True):
+        big.fill_(float("nan"))
+        assert ak.attention(q, k, v, causal=causal, out=out) is out
+        ref, ref_lse = reference(q, k, v, causal=causal)
+        torch.testing.assert_close(out.float(), ref, **tol(dt))
+        assert big[..., d:].isnan().all()
+        again, lse = ak.attention(q, k, v, causal=causal, return_lse=True)
+        assert torch.equal(again, out)
+        torch.testing.assert_close(lse, ref_lse, **LSE_TOL)
+    lq, lk = [17, 1, 200, 0, 33, 130], [40, 9, 200, 5, 33, 700]
+    cq = torch.tensor([0, *torch.tensor(lq).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    ck = torch.tensor([0, *torch.tensor(lk).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    q = rand(sum(lq), 4, d, dtype=dt)
+    k, v = rand(sum(lk), 2, d, dtype=dt), rand(sum(lk), 2, d, dtype=dt)
+    out = torch.full_like(q, float("nan"))
+    ak.attention_varlen(q, k, v, cq, ck, max(lq) + d + extra, max(lk), causal=True, out=out)
+    for i in range(len(lq)):
+        qs, ks = slice(cq[i].item(), cq[i + 1].item()), slice(ck[i].item(), ck[i + 1].item())
+        if lq[i]:
+            ref, _ = reference(q[None, qs], k[None, ks], v[None, ks], causal=True)
+            torch.testing.assert_close(out[qs].float(), ref[0], **tol(dt))
 
 
 @pytest.mark.gpu
