@@ -27,7 +27,6 @@ import pytest
 import aotkernels as ak
 from aotkernels import arrays, loader
 from aotkernels.ops import _op
-from aotkernels.ops import attention as attention_mod
 from aotkernels.ops._op import Meta, TensorMap, pack_tensor_map, tensor_map_problem
 from aotkernels.ops.attention import (
     Tile,
@@ -1082,7 +1081,9 @@ def test_output_staging(monkeypatch: pytest.MonkeyPatch, d: int, mapped: bool) -
     LSE matches, a repeat is bitwise equal."""
     torch = _torch()
     if not mapped:  # as for an output the driver could not map
-        monkeypatch.setattr(attention_mod, "_fa3_out_map", lambda p, out: None)
+        # The module, not the op of the same name that aotkernels.ops exports.
+        module = sys.modules["aotkernels.ops.attention"]
+        monkeypatch.setattr(module, "_fa3_out_map", lambda p, out: None)
     dt = torch.bfloat16
     extra = 0 if mapped else 8  # a unique shape per case: each one configures its own launch
     sq, sk = 211 + d + extra, 300
