@@ -353,11 +353,11 @@ TILES = [
 ]
 FA3_TILES = [
     Tile("fa3_d64", "fa3", 0, 64, 128, 128, 384, 165376),
-    Tile("fa3_d64_m192", "fa3", 0, 64, 192, 128, 512, 181760, 1, 2048, 192),
-    Tile("fa3_d128_defer", "fa3", 0, 128, 128, 128, 384, 198144),
-    Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 198144, 2048),
-    Tile("fa3_d128_n176", "fa3", 0, 128, 128, 176, 384, 214528, 16384),
-    Tile("fa3_d256", "fa3", 0, 256, 128, 64, 384, 198144),
+    Tile("fa3_d64_m192", "fa3", 0, 64, 192, 128, 512, 206336, 1, 2048, 192, 1),
+    Tile("fa3_d128_defer", "fa3", 0, 128, 128, 128, 384, 230912, o_tma=1),
+    Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 230912, 1, 1024, o_tma=1),
+    Tile("fa3_d128_n176", "fa3", 0, 128, 128, 176, 384, 214528, 8192),
+    Tile("fa3_d256", "fa3", 0, 256, 128, 64, 384, 230912, o_tma=1),
     Tile("fa3_d256_n80", "fa3", 0, 256, 128, 80, 384, 230912, 8192),
     *TILES,
 ]
@@ -633,8 +633,8 @@ def test_fa3_refusals() -> None:
     ("d", "variant", "units", "block"),
     [
         (64, "fa3_d64_m192", 48, 512),  # 6 tiles of 192 rows: 3 pairs
-        (72, "fa3_d128_defer", 64, 384),  # 8 tiles of 128 rows: 4 pairs
-        (128, "fa3_d128_defer", 64, 384),
+        (72, "fa3_d128", 64, 384),  # 8 tiles of 128 rows: 4 pairs
+        (128, "fa3_d128", 64, 384),
         (136, "fa3_d256", 64, 384),
         (32, "fa2_d64", 0, 0),
     ],
@@ -658,7 +658,7 @@ def test_fa3_varlen_grid_one_cta_per_unit() -> None:
     p = validate_varlen(vq, vq, vq, cu, cu, 1000, 1000, False, None, None, None, False)
     cfg = configure(p, vq.strides, FA3_TILES, sms=48)
     # 8 query tiles of 128 rows: 4 pairs, for each of 8 heads and 4 sequences
-    assert cfg.tile.name == "fa3_d128_defer" and cfg.grid == (4 * 8 * 4, 1, 1)
+    assert cfg.tile.name == "fa3_d128" and cfg.grid == (4 * 8 * 4, 1, 1)
 
 
 def test_fa3_units_of_192_row_tiles() -> None:
@@ -683,20 +683,41 @@ def test_fa3_units_of_192_row_tiles() -> None:
     [
         (64, 2047, "fa3_d64"),
         (64, 2048, "fa3_d64_m192"),
-        (128, 2047, "fa3_d128_defer"),
-        (128, 2048, "fa3_d128"),
-        (128, 8192, "fa3_d128"),
-        (128, 16384, "fa3_d128_n176"),
+        (128, 1023, "fa3_d128_defer"),
+        (128, 1024, "fa3_d128"),
+        (128, 8191, "fa3_d128"),
+        (128, 8192, "fa3_d128_n176"),
         (256, 4096, "fa3_d256"),
         (256, 9000, "fa3_d256_n80"),
     ],
 )
 def test_fa3_key_tile_by_key_length(d: int, sk: int, variant: str) -> None:
     """The variant with the largest min_keys the key length reaches: the deferred schedule for
-    short keys, wider key tiles for long ones (300 causal queries: past every min_queries, and
-    min_keys_masked where given)."""
+    short masked keys, wider key tiles for long ones (300 causal queries: past every
+    min_queries, and min_keys_masked where given)."""
     q, kv = meta((1, 300, 8, d)), meta((1, sk, 8, d))
     p = validate_dense(q, kv, kv, True, None, None, None, False)
+    assert configure(p, q.strides, FA3_TILES).tile.name == variant
+
+
+@pytest.mark.parametrize(
+    ("sk", "causal", "window", "variant"),
+    [
+        (1, False, None, "fa3_d128"),
+        (1023, False, None, "fa3_d128"),
+        (1023, True, None, "fa3_d128_defer"),
+        (1023, False, (-1, 5), "fa3_d128_defer"),
+        (1024, False, (-1, 5), "fa3_d128"),
+        (8192, False, None, "fa3_d128_n176"),
+    ],
+)
+def test_fa3_d128_schedule_by_mask_and_lengths(
+    sk: int, causal: bool, window: tuple[int, int] | None, variant: str
+) -> None:
+    """d 128: the plain schedule for every call without a mask (min_keys 1 beats the deferred
+    one's 0), the deferred one for masked calls below 1024 keys (min_keys_masked)."""
+    q, kv = meta((1, 300, 8, 128)), meta((1, sk, 8, 128))
+    p = validate_dense(q, kv, kv, causal, None, window, None, False)
     assert configure(p, q.strides, FA3_TILES).tile.name == variant
 
 
@@ -910,12 +931,12 @@ def test_persistent_grid_many_units(d: int, causal: bool, window: tuple[int, int
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(("d", "sk"), [(64, 2047), (64, 2048), (128, 2047), (128, 2048)])
+@pytest.mark.parametrize(("d", "sk"), [(64, 2047), (64, 2048), (128, 1023), (128, 1024)])
 def test_key_length_bounds_of_variants(dtype: str, d: int, sk: int) -> None:
     """Key lengths on both sides of a bound between the fa3 variants of a head dim (arch_matrix.toml
-    min_keys: d 64's 128- and 192-row query tiles for masked calls, d 128's deferred and plain
-    schedules; on the fa2 path, the same calls on FA2): causal, window, softcap, GQA, the LSE,
-    bitwise repeats; a varlen batch whose longest sequence has sk keys."""
+    min_keys_masked: d 64's 128- and 192-row query tiles, d 128's deferred and plain schedules;
+    on the fa2 path, the same calls on FA2): causal, window, softcap, GQA, the LSE, bitwise
+    repeats; a varlen batch whose longest sequence has sk keys."""
     torch = _torch()
     torch.manual_seed(d + sk)
     dt = getattr(torch, dtype)

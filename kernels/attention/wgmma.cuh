@@ -34,6 +34,10 @@
 // with: variants with `defer` (for short keys, where a query tile has few key tiles) issue the
 // last P V of a tile with the first S of the next one and store the finished tile after that
 // S's softmax, carrying the accumulators across tiles (tile_deferred).
+//   Variants with `o_tma` store O through shared memory (store_staged): each consumer warp writes
+// its 16 finished rows into staging boxes of its own and one lane hands them to TMA stores, so
+// the warp is back at its next tile's GEMMs while the stores drain (each global store of the
+// register epilogue writes 16 bytes of each of 8 rows).
 //
 // Key tiles are walked from the last to the first, so a causal tile meets its masked key tiles
 // first and the rest run without mask arithmetic. Masks, fully masked rows (0 and an LSE of -inf)
