@@ -461,8 +461,8 @@ def fa3_maps(
 
 
 def _fa3_out_map(p: Problem, out: tuple[int, int, int]) -> _op.TensorMap | None:
-    """The output's TMA map, or None where the driver would refuse it (a broadcast stride): the
-    epilogue then stores from registers."""
+    """The output's TMA map, or None where the driver would refuse it (a stride of 2**40 bytes
+    or more): the kernel then copies its staged rows out in 16-byte pieces (flag tma_out off)."""
     m = fa3_maps(p, max(_FA3_ROWS), max(_FA3_ROWS), out)[-1]
     return m if _op.tensor_map_problem(m) is None else None
 
