@@ -353,11 +353,11 @@ TILES = [
 ]
 FA3_TILES = [
     Tile("fa3_d64", "fa3", 0, 64, 128, 128, 384, 165376),
-    Tile("fa3_d64_m192", "fa3", 0, 64, 192, 128, 512, 181760, 1, 2048, 192),
-    Tile("fa3_d128_defer", "fa3", 0, 128, 128, 128, 384, 198144),
-    Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 198144, 2048),
-    Tile("fa3_d128_n176", "fa3", 0, 128, 128, 176, 384, 214528, 16384),
-    Tile("fa3_d256", "fa3", 0, 256, 128, 64, 384, 198144),
+    Tile("fa3_d64_m192", "fa3", 0, 64, 192, 128, 512, 206336, 1, 2048, 192, 1),
+    Tile("fa3_d128_defer", "fa3", 0, 128, 128, 128, 384, 230912, o_tma=1),
+    Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 230912, 1, 1024, o_tma=1),
+    Tile("fa3_d128_n176", "fa3", 0, 128, 128, 176, 384, 214528, 8192),
+    Tile("fa3_d256", "fa3", 0, 256, 128, 64, 384, 230912, o_tma=1),
     Tile("fa3_d256_n80", "fa3", 0, 256, 128, 80, 384, 230912, 8192),
     *TILES,
 ]
@@ -633,8 +633,8 @@ def test_fa3_refusals() -> None:
     ("d", "variant", "units", "block"),
     [
         (64, "fa3_d64_m192", 48, 512),  # 6 tiles of 192 rows: 3 pairs
-        (72, "fa3_d128_defer", 64, 384),  # 8 tiles of 128 rows: 4 pairs
-        (128, "fa3_d128_defer", 64, 384),
+        (72, "fa3_d128", 64, 384),  # 8 tiles of 128 rows: 4 pairs
+        (128, "fa3_d128", 64, 384),
         (136, "fa3_d256", 64, 384),
         (32, "fa2_d64", 0, 0),
     ],
@@ -658,7 +658,7 @@ def test_fa3_varlen_grid_one_cta_per_unit() -> None:
     p = validate_varlen(vq, vq, vq, cu, cu, 1000, 1000, False, None, None, None, False)
     cfg = configure(p, vq.strides, FA3_TILES, sms=48)
     # 8 query tiles of 128 rows: 4 pairs, for each of 8 heads and 4 sequences
-    assert cfg.tile.name == "fa3_d128_defer" and cfg.grid == (4 * 8 * 4, 1, 1)
+    assert cfg.tile.name == "fa3_d128" and cfg.grid == (4 * 8 * 4, 1, 1)
 
 
 def test_fa3_units_of_192_row_tiles() -> None:
@@ -683,20 +683,41 @@ def test_fa3_units_of_192_row_tiles() -> None:
     [
         (64, 2047, "fa3_d64"),
         (64, 2048, "fa3_d64_m192"),
-        (128, 2047, "fa3_d128_defer"),
-        (128, 2048, "fa3_d128"),
-        (128, 8192, "fa3_d128"),
-        (128, 16384, "fa3_d128_n176"),
+        (128, 1023, "fa3_d128_defer"),
+        (128, 1024, "fa3_d128"),
+        (128, 8191, "fa3_d128"),
+        (128, 8192, "fa3_d128_n176"),
         (256, 4096, "fa3_d256"),
         (256, 9000, "fa3_d256_n80"),
     ],
 )
 def test_fa3_key_tile_by_key_length(d: int, sk: int, variant: str) -> None:
     """The variant with the largest min_keys the key length reaches: the deferred schedule for
-    short keys, wider key tiles for long ones (300 causal queries: past every min_queries, and
-    min_keys_masked where given)."""
+    short masked keys, wider key tiles for long ones (300 causal queries: past every
+    min_queries, and min_keys_masked where given)."""
     q, kv = meta((1, 300, 8, d)), meta((1, sk, 8, d))
     p = validate_dense(q, kv, kv, True, None, None, None, False)
+    assert configure(p, q.strides, FA3_TILES).tile.name == variant
+
+
+@pytest.mark.parametrize(
+    ("sk", "causal", "window", "variant"),
+    [
+        (1, False, None, "fa3_d128"),
+        (1023, False, None, "fa3_d128"),
+        (1023, True, None, "fa3_d128_defer"),
+        (1023, False, (-1, 5), "fa3_d128_defer"),
+        (1024, False, (-1, 5), "fa3_d128"),
+        (8192, False, None, "fa3_d128_n176"),
+    ],
+)
+def test_fa3_d128_schedule_by_mask_and_lengths(
+    sk: int, causal: bool, window: tuple[int, int] | None, variant: str
+) -> None:
+    """d 128: the plain schedule for every call without a mask (min_keys 1 beats the deferred
+    one's 0), the deferred one for masked calls below 1024 keys (min_keys_masked)."""
+    q, kv = meta((1, 300, 8, 128)), meta((1, sk, 8, 128))
+    p = validate_dense(q, kv, kv, causal, None, window, None, False)
     assert configure(p, q.strides, FA3_TILES).tile.name == variant
 
 
@@ -732,15 +753,18 @@ def test_runner_fa3(monkeypatch: pytest.MonkeyPatch) -> None:
     ak.attention(q, k, v, causal=True, return_lse=True)
     (ln,) = gpu.launches
     assert ln["symbol"] == "ak_attn_fwd_f16_fa3_d128_defer" and ln["grid"] == (32, 1, 1)
-    assert ln["block"] == (384, 1, 1) and ln["flags"] == 32
+    assert ln["block"] == (384, 1, 1) and ln["flags"] == 32 | 128  # write_lse, tma_out
     assert ln["smem"] == gpu.family.variants["fa3_d128_defer"]["smem"]
     off = gpu.family.field_offsets
     ptr_index = {n: i for i, n in enumerate(gpu.ptr_names)}
-    tq, tk, tv = ln["tmaps"]
+    tq, tk, tv, to = ln["tmaps"]
     assert tq[:4] == (off["tmap_q"], ptr_index["q"], 6, 4)  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16
     assert tq[4:] == (128, 8, 300, 2, 1, 256, 2048, 614400, 0, 64, 1, 128, 1, 1)
     assert tk[:2] == (off["tmap_k"], ptr_index["k"]) and tk[4:8] == (128, 2, 500, 2)
     assert tv[:2] == (off["tmap_v"], ptr_index["v"])
+    # The output's map: one consumer warp's 16 rows per box, the output's own strides.
+    assert to[:4] == (off["tmap_o"], ptr_index["out"], 6, 4)
+    assert to[4:] == (128, 8, 300, 2, 1, 256, 2048, 614400, 0, 64, 1, 16, 1, 1)
     gpu.launches.clear()
     monkeypatch.setenv(ENV, "fa2")
     ak.attention(q, k, v, causal=True)
@@ -907,12 +931,12 @@ def test_persistent_grid_many_units(d: int, causal: bool, window: tuple[int, int
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(("d", "sk"), [(64, 2047), (64, 2048), (128, 2047), (128, 2048)])
+@pytest.mark.parametrize(("d", "sk"), [(64, 2047), (64, 2048), (128, 1023), (128, 1024)])
 def test_key_length_bounds_of_variants(dtype: str, d: int, sk: int) -> None:
     """Key lengths on both sides of a bound between the fa3 variants of a head dim (arch_matrix.toml
-    min_keys: d 64's 128- and 192-row query tiles for masked calls, d 128's deferred and plain
-    schedules; on the fa2 path, the same calls on FA2): causal, window, softcap, GQA, the LSE,
-    bitwise repeats; a varlen batch whose longest sequence has sk keys."""
+    min_keys_masked: d 64's 128- and 192-row query tiles, d 128's deferred and plain schedules;
+    on the fa2 path, the same calls on FA2): causal, window, softcap, GQA, the LSE, bitwise
+    repeats; a varlen batch whose longest sequence has sk keys."""
     torch = _torch()
     torch.manual_seed(d + sk)
     dt = getattr(torch, dtype)
@@ -1065,6 +1089,50 @@ def test_strided_inputs_and_out() -> None:
     ref, _ = reference(q, k, v, causal=True)
     torch.testing.assert_close(out.float(), ref, **tol(torch.bfloat16))
     assert big[..., 128:].isnan().all()  # nothing written outside out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mapped", [True, False])
+@pytest.mark.parametrize("d", [64, 96, 128])
+def test_output_staging(monkeypatch: pytest.MonkeyPatch, d: int, mapped: bool) -> None:
+    """fa3's epilogue through shared memory: the TMA store of each warp's 16 rows (the dense map
+    clipping a last warp that crosses the sequence's end; a padded head dim clipped at d), and
+    the 16-byte copies that replace it where a varlen warp crosses its sequence's end (and, with
+    no output map, everywhere). A strided out= keeps NaN in every element it does not own, the
+    LSE matches, a repeat is bitwise equal."""
+    torch = _torch()
+    if not mapped:  # as for an output the driver could not map
+        # The module, not the op of the same name that aotkernels.ops exports.
+        module = sys.modules["aotkernels.ops.attention"]
+        monkeypatch.setattr(module, "_fa3_out_map", lambda p, out: None)
+    dt = torch.bfloat16
+    extra = 0 if mapped else 8  # a unique shape per case: each one configures its own launch
+    sq, sk = 211 + d + extra, 300
+    q = rand(2, sq, 4, d, dtype=dt)
+    k, v = rand(2, sk, 2, d, dtype=dt), rand(2, sk, 2, d, dtype=dt)
+    big = torch.full((2, 4, sq, d + 40), float("nan"), device="cuda", dtype=dt)
+    out = big[..., :d].transpose(1, 2)
+    for causal in (False, True):
+        big.fill_(float("nan"))
+        assert ak.attention(q, k, v, causal=causal, out=out) is out
+        ref, ref_lse = reference(q, k, v, causal=causal)
+        torch.testing.assert_close(out.float(), ref, **tol(dt))
+        assert big[..., d:].isnan().all()
+        again, lse = ak.attention(q, k, v, causal=causal, return_lse=True)
+        assert torch.equal(again, out)
+        torch.testing.assert_close(lse, ref_lse, **LSE_TOL)
+    lq, lk = [17, 1, 200, 0, 33, 130], [40, 9, 200, 5, 33, 700]
+    cq = torch.tensor([0, *torch.tensor(lq).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    ck = torch.tensor([0, *torch.tensor(lk).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    q = rand(sum(lq), 4, d, dtype=dt)
+    k, v = rand(sum(lk), 2, d, dtype=dt), rand(sum(lk), 2, d, dtype=dt)
+    out = torch.full_like(q, float("nan"))
+    ak.attention_varlen(q, k, v, cq, ck, max(lq) + d + extra, max(lk), causal=True, out=out)
+    for i in range(len(lq)):
+        qs, ks = slice(cq[i].item(), cq[i + 1].item()), slice(ck[i].item(), ck[i + 1].item())
+        if lq[i]:
+            ref, _ = reference(q[None, qs], k[None, ks], v[None, ks], causal=True)
+            torch.testing.assert_close(out[qs].float(), ref[0], **tol(dt))
 
 
 @pytest.mark.gpu

@@ -34,6 +34,10 @@
 // with: variants with `defer` (for short keys, where a query tile has few key tiles) issue the
 // last P V of a tile with the first S of the next one and store the finished tile after that
 // S's softmax, carrying the accumulators across tiles (tile_deferred).
+//   Variants with `o_tma` store O through shared memory (store_staged): each consumer warp writes
+// its 16 finished rows into staging boxes of its own and one lane hands them to TMA stores, so
+// the warp is back at its next tile's GEMMs while the stores drain (each global store of the
+// register epilogue writes 16 bytes of each of 8 rows).
 //
 // Key tiles are walked from the last to the first, so a causal tile meets its masked key tiles
 // first and the rest run without mask arithmetic. Masks, fully masked rows (0 and an LSE of -inf)
@@ -134,12 +138,17 @@ struct Fwd {
   static constexpr int kQBufs = V::q_bufs;  // 2: the next tile's Q lands while this one runs
   static constexpr bool kDefer = V::defer;  // a tile's last P V runs with the next tile's first S
   static constexpr int kConsumers = kBM / 64;
-  static constexpr int kDB = kD / 64;  // 64-column (128-byte) blocks of the head dim
+  static constexpr int kDB = kD / 64;      // 64-column (128-byte) blocks of the head dim
+  static constexpr bool kOTma = V::o_tma;  // the epilogue stores O through shared memory, TMA
   static constexpr int kQBytes = kBM * kD * 2, kKVBytes = kBN * kD * 2;
-  // The Q buffers, the K ring, the V ring, then the barriers: q_full[], q_empty[], k_full[],
-  // k_empty[], v_full[], v_empty[].
+  // kOTma: a warp stages its 16 rows of O kOCols columns at a time (d 256: in two parts, the
+  // 32 KiB that eight warps' 128 columns take being what its shared memory has left).
+  static constexpr int kOCols = kD < 128 ? kD : 128, kWarpOBytes = 16 * kOCols * 2;
+  // The Q buffers, the K ring, the V ring, the O staging boxes (kOTma), then the barriers:
+  // q_full[], q_empty[], k_full[], k_empty[], v_full[], v_empty[].
   static constexpr int kKOff = kQBufs * kQBytes, kVOff = kKOff + kStages * kKVBytes;
-  static constexpr int kBarOff = kVOff + kStages * kKVBytes;
+  static constexpr int kOOff = kVOff + kStages * kKVBytes;
+  static constexpr int kBarOff = kOOff + (kOTma ? 4 * kConsumers * kWarpOBytes : 0);
   static constexpr int kSmemUsed = kBarOff + (2 * kQBufs + 4 * kStages) * 8 + 1024;  // + align
   static constexpr int kS = kBN / 2, kO = kD / 2, kP = kBN / 4;  // registers per thread
   // setmaxnreg: 2 consumers x 128 x 232 + 128 x 40 = 64512 of the 64K-register file; 3 x 128 x
@@ -489,7 +498,7 @@ struct Fwd {
       it += n;
       ++tq;
     }
-    store(p, w, row0, o, mx, sum);
+    store(p, smem, w, row0, o, mx, sum);
   }
 
   // The deferred schedule (kDefer): a tile's last P V is issued with the next tile's first S, in
@@ -507,7 +516,22 @@ struct Fwd {
     uint8_t* o;
     int64_t lse;
     int row0, sq;
+    int head, mrow, mb;  // kOTma: the out map's head, row of position 0 and batch coordinates
   };
+
+  static __device__ __forceinline__ Dest dest_of(const ak_attention_params& p, const Work& w,
+                                                 int row0) {
+    const bool varlen = p.flags & kVarlen;
+    Dest to;
+    to.o = w.s.o + w.head * p.o_sh * 2;
+    to.lse = (varlen ? w.s.q0 : w.b * p.lse_sb) + w.head * p.lse_sh;
+    to.row0 = row0;
+    to.sq = w.s.sq;
+    to.head = w.head;
+    to.mrow = varlen ? static_cast<int>(w.s.q0) : 0;
+    to.mb = varlen ? 0 : w.b;
+    return to;
+  }
 
   // A consumer's registers across its tiles: o / pf / pmx / psum / to belong to the pending tile
   // (pend) from the end of its last round until the next tile's first round has run its P V.
@@ -528,33 +552,109 @@ struct Fwd {
     }
   }
 
-  // store() for the pending tile, whose Work is gone.
-  static __device__ __forceinline__ void store_to(const ak_attention_params& p, const Dest& to,
-                                                  float (&o)[kO], const float (&mx)[2],
-                                                  const float (&sum)[2]) {
+  // The epilogue of one warp's 16 rows through shared memory (kOTma): o times the rows' inv,
+  // rounded to T, goes into the warp's own staging boxes (64 columns x 16 rows each, the out
+  // map's 128B swizzle) by stmatrix, and one thread hands each box to a TMA store. The warp goes
+  // on to its next tile while the stores drain; its boxes are only rewritten once the previous
+  // stores have read them. No barrier beyond the warp's own.
+  //   The dense out map clips rows past the sequence; a varlen one holds the next sequence's
+  //   rows there, so a varlen warp whose rows cross the end (and every warp, where the output
+  //   has no map) copies its rows before the end out of the boxes in 16-byte pieces instead.
+  static __device__ __forceinline__ void store_staged(const ak_attention_params& p, uint32_t smem,
+                                                      const Dest& to, const float (&o)[kO],
+                                                      const float (&inv)[2]) {
+    const int lane = threadIdx.x % 32, lo = to.row0 - lane / 4;  // the warp's first row
+    uint32_t box = smem + kOOff + (threadIdx.x / 32 - 4) * kWarpOBytes;
+    // Opaque to the compiler: the stmatrix addresses below are not hoisted out of the tile
+    // loop, where they would hold registers across every round.
+    asm volatile("" : "+r"(box));
+    const bool tma = (p.flags & kTmaOut) && (!(p.flags & kVarlen) || lo + 16 <= to.sq);
+    constexpr int kChunks = kOCols / 8;  // 16-byte chunks per row and part
+#pragma unroll
+    for (int part = 0; part < kD / kOCols; ++part) {
+      if (lane == 0) bulk_wait<true>();
+      __syncwarp();
+      // stmatrix x4 takes four 8 x 8 matrices: rows 0-7 / 8-15 of 16-byte chunk 2j, then of
+      // chunk 2j + 1; lane l gives the address of row l % 16 of chunk 2j + l / 16.
+#pragma unroll
+      for (int j = 0; j < kOCols / 16; ++j) {
+        const float* a = o + 8 * (j + part * kOCols / 16);
+        const uint32_t c = 2 * j + lane / 16, r = lane % 16;
+        const uint32_t at = box + c / 8 * 2048 + r * 128 + ((c % 8) ^ (r % 8)) * 16;
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(at),
+                     "r"(pack2<T>(a[0] * inv[0], a[1] * inv[0])),
+                     "r"(pack2<T>(a[2] * inv[1], a[3] * inv[1])),
+                     "r"(pack2<T>(a[4] * inv[0], a[5] * inv[0])),
+                     "r"(pack2<T>(a[6] * inv[1], a[7] * inv[1]))
+                     : "memory");
+      }
+      fence_proxy_async();
+      __syncwarp();
+      const int col0 = part * kOCols;
+      if (tma) {
+        if (lane == 0) {
+#pragma unroll
+          for (int j = 0; j < kOCols / 64; ++j) {
+            tma_store_4d(&p.tmap_o, box + j * 2048, col0 + 64 * j, to.head, to.mrow + lo, to.mb);
+          }
+          bulk_commit();
+        }
+        continue;
+      }
+      for (int i = lane; i < 16 * kChunks; i += 32) {
+        const int r = i / kChunks, c = i % kChunks;
+        if (lo + r < to.sq && col0 + 8 * c < p.d) {
+          uint4 v;
+          asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                       : "r"(box + c / 8 * 2048 + r * 128 + ((c % 8) ^ (r % 8)) * 16));
+          *reinterpret_cast<uint4*>(to.o + (lo + r) * p.o_ss * 2 + col0 * 2 + c * 16) = v;
+        }
+      }
+    }
+  }
+
+  // store() for the pending tile, whose Work is gone, and for every tile of a kOTma variant.
+  // kApprox: 1 / sum by rcp.approx (1 ulp): 1.f / total has a slow path that is a call, whose
+  // clobbers would spill the next tile's registers, live beside the pending tile's epilogue.
+  template <bool kApprox>
+  static __device__ __forceinline__ void store_to(const ak_attention_params& p, uint32_t smem,
+                                                  const Dest& to, const float (&o)[kO],
+                                                  const float (&mx)[2], const float (&sum)[2]) {
     constexpr float kLn2 = 0.693147180559945309f;
     const int t4 = threadIdx.x % 4, d = p.d;
+    float inv[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = to.row0 + 8 * h;
       const float total = quad_sum(sum[h]);
+      if constexpr (kApprox) {
+        inv[h] = 0.f;
+        if (total > 0.f) asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(inv[h]) : "f"(total));
+      } else {
+        inv[h] = total > 0.f ? 1.f / total : 0.f;
+      }
+      if (t4 == 0 && (p.flags & kWriteLse) && row < to.sq) {
+        const float lse = total > 0.f ? (mx[h] + __log2f(total)) * kLn2 : -INFINITY;
+        static_cast<float*>(p.lse)[to.lse + row] = lse;
+      }
+    }
+    if constexpr (kOTma) {
+      store_staged(p, smem, to, o, inv);
+      return;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = to.row0 + 8 * h;
       if (row >= to.sq) continue;
-      // rcp.approx (1 ulp): 1.f / total has a slow path that is a call, whose clobbers would
-      // spill the next tile's registers, live beside the pending tile's epilogue.
-      float inv = 0.f;
-      if (total > 0.f) asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(inv) : "f"(total));
       uint8_t* orow = to.o + row * p.o_ss * 2;
 #pragma unroll
       for (int j = 0; j < kD / 8; ++j) {
         const int col = 8 * j + 2 * t4;
         if (col < d) {
           *reinterpret_cast<uint32_t*>(orow + col * 2) =
-              pack2<T>(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+              pack2<T>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
         }
-      }
-      if (t4 == 0 && (p.flags & kWriteLse)) {
-        const float lse = total > 0.f ? (mx[h] + __log2f(total)) * kLn2 : -INFINITY;
-        static_cast<float*>(p.lse)[to.lse + row] = lse;
       }
     }
   }
@@ -563,7 +663,7 @@ struct Fwd {
   static __device__ __forceinline__ void retire(const ak_attention_params& p, uint32_t smem,
                                                 State& st) {
     if (threadIdx.x % 32 == 0) bar_arrive(Bars(smem).v_empty + 8 * ((st.it - 1) % kStages));
-    store_to(p, st.to, st.o, st.pmx, st.psum);
+    store_to<true>(p, smem, st.to, st.o, st.pmx, st.psum);
 #pragma unroll
     for (int i = 0; i < kO; ++i) st.o[i] = 0.f;
     st.pend = false;
@@ -593,16 +693,12 @@ struct Fwd {
     const int n = w.t_hi - w.t_lo;
     const bool varlen = p.flags & kVarlen;
     if (w.m0 >= w.s.sq) return;  // a varlen tile past its sequence: no rows
-    Dest to;
-    to.o = w.s.o + w.head * p.o_sh * 2;
-    to.lse = (varlen ? w.s.q0 : w.b * p.lse_sb) + w.head * p.lse_sh;
-    to.row0 = row0;
-    to.sq = w.s.sq;
+    const Dest to = dest_of(p, w, row0);
 #pragma unroll
     for (int h = 0; h < 2; ++h) st.mx[h] = -INFINITY, st.sum[h] = 0.f;
     if (n == 0) {  // rows that see no key: 0, with an LSE of -inf
       flush(p, smem, st);
-      store_to(p, to, st.o, st.mx, st.sum);
+      store_to<true>(p, smem, to, st.o, st.mx, st.sum);
       return;
     }
     float s[kS], alpha[2];
@@ -710,9 +806,13 @@ struct Fwd {
     st.pend = true;
   }
 
-  static __device__ __forceinline__ void store(const ak_attention_params& p, const Work& w,
-                                               int row0, float (&o)[kO], const float (&mx)[2],
-                                               const float (&sum)[2]) {
+  static __device__ __forceinline__ void store(const ak_attention_params& p, uint32_t smem,
+                                               const Work& w, int row0, float (&o)[kO],
+                                               const float (&mx)[2], const float (&sum)[2]) {
+    if constexpr (kOTma) {
+      store_to<false>(p, smem, dest_of(p, w, row0), o, mx, sum);
+      return;
+    }
     constexpr float kLn2 = 0.693147180559945309f;
     const int t4 = threadIdx.x % 4, d = p.d;
 #pragma unroll
@@ -784,6 +884,9 @@ struct Fwd {
       for_each_tile(p, [&](const Work& w) { tile(p, w, smem, it, tq); });
     }
     if (wg == 0) named_sync(kTurnBar, 256);
+    if constexpr (kOTma) {
+      if (threadIdx.x % 32 == 0) bulk_wait<true>();  // shared memory outlives the last stores
+    }
   }
 };
 

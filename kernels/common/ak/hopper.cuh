@@ -117,6 +117,15 @@ __device__ __forceinline__ void tma_store(const CUtensorMap* map, uint32_t src, 
                "r"(src), "r"(inner), "r"(outer)
                : "memory");
 }
+// tma_store's 4-D form: the box at element coordinates (c0 innermost .. c3).
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int32_t c0,
+                                             int32_t c1, int32_t c2, int32_t c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
 __device__ __forceinline__ void bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }

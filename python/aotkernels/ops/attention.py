@@ -75,6 +75,7 @@ _PATH_ORDER = ("fa3", "fa2")
 _DECODE_PATH = "dec"
 _FA3_BOX = 64  # head-dim columns per TMA box (128 bytes: the swizzle span)
 _PACK_ROWS = 128  # FA2's prefill tiles: a GQA group with sq * group <= this is packed
+_FA3_OUT_ROWS = 16  # rows of an fa3 output box: one consumer warp's
 _FA3_ROWS = (128, 192)  # query rows of the fa3 tiles: two or three consumer warpgroups of 64
 _MAX_SEQ = 2**31 - 1  # sequence positions are 32-bit in the kernel
 _UNBOUNDED = 2**62  # a window side without a limit
@@ -103,6 +104,7 @@ class Tile(NamedTuple):
     min_keys: int = 0  # serves key lengths from this one up (fa3: a longer key tile, a schedule)
     min_keys_masked: int | None = None  # for calls with a causal mask or a window (None: min_keys)
     min_queries: int = 0  # serves query lengths from this one up
+    o_tma: int = 0  # fa3: the epilogue can store O through the TMA (tmap_o)
 
 
 class Problem(NamedTuple):
@@ -425,17 +427,24 @@ def validate_decode(
 # --- configuration (pure: a Problem, the output layout, the loaded variants) ------------------
 
 
-def fa3_maps(p: Problem, bm: int, bn: int) -> tuple[_op.TensorMap, ...]:
-    """The fa3 kernel's TMA maps of q, k and v: (d, heads, rows, batch), byte strides from the
-    element strides (varlen: a unit batch over the packed rows). A dimension of extent 1 never
-    steps, so its stride is replaced by the span below it (the driver wants multiples of 16)."""
+def fa3_maps(
+    p: Problem, bm: int, bn: int, out: tuple[int, int, int] | None = None
+) -> tuple[_op.TensorMap, ...]:
+    """The fa3 kernel's TMA maps of q, k and v (and of the output, given its (batch, seq, head)
+    element strides ``out``; the epilogue stores boxes of one warp's 16 rows): (d, heads, rows,
+    batch), byte strides from the element strides (varlen: a unit batch over the packed rows).
+    A dimension of extent 1 never steps, so its stride is replaced by the span below it (the
+    driver wants multiples of 16)."""
     varlen = bool(p.flags & _flag("varlen"))
     maps = []
-    for name, st, heads, rows, box in (
+    ops = [
         ("q", p.q, p.heads, p.rows[0], bm),
         ("k", p.k, p.kv_heads, p.rows[1], bn),
         ("v", p.v, p.kv_heads, p.rows[1], bn),
-    ):
+    ]
+    if out is not None:
+        ops.append(("o", out, p.heads, p.rows[0], _FA3_OUT_ROWS))
+    for name, st, heads, rows, box in ops:
         dims = (p.d, heads, rows, 1 if varlen else p.batch)
         strides: list[int] = []
         span = p.d * 2
@@ -444,10 +453,18 @@ def fa3_maps(p: Problem, bm: int, bn: int) -> tuple[_op.TensorMap, ...]:
             strides.append(step)
             span = step * n
         tma = DTYPES[p.dtype].tma
+        ptr = "out" if name == "o" else name
         maps.append(
-            _op.TensorMap(f"tmap_{name}", name, tma, dims, tuple(strides), (_FA3_BOX, 1, box, 1))
+            _op.TensorMap(f"tmap_{name}", ptr, tma, dims, tuple(strides), (_FA3_BOX, 1, box, 1))
         )
     return tuple(maps)
+
+
+def _fa3_out_map(p: Problem, out: tuple[int, int, int]) -> _op.TensorMap | None:
+    """The output's TMA map, or None where the driver would refuse it (a stride of 2**40 bytes
+    or more): the kernel then copies its staged rows out in 16-byte pieces (flag tma_out off)."""
+    m = fa3_maps(p, max(_FA3_ROWS), max(_FA3_ROWS), out)[-1]
+    return m if _op.tensor_map_problem(m) is None else None
 
 
 def fa3_refusal(p: Problem) -> str | None:
@@ -498,6 +515,7 @@ def _tiles(fam: Any, dtype: str) -> list[Tile]:
                 min_keys=int(v.get("min_keys", 0)),
                 min_keys_masked=None if masked is None else int(masked),
                 min_queries=int(v.get("min_queries", 0)),
+                o_tma=int(v.get("o_tma", 0)),
             )
         )
     out.sort(key=lambda t: (order.index(t.path), t.d))
@@ -586,6 +604,8 @@ def configure(
         # in size and a static deal balances them badly, so one CTA per unit and the hardware
         # hands the next unit to whichever SM frees first.
         units = fa3_units(p, tile.bm)
+        if tile.o_tma and _fa3_out_map(p, (o[0], o[1], o[2])) is not None:
+            fields["flags"] = flags | _flag("tma_out")
         varlen = bool(p.flags & _flag("varlen"))
         grid = (units if varlen else min(units, sms or _MAX_GRID_X), 1, 1)
     # attn_combine: one CTA of combine_warps warps per output row.
@@ -667,7 +687,12 @@ def _launch(a: Args) -> list[Launch]:
         if p.flags & _flag("varlen"):
             ptrs.update(cu_seqlens_q="cu_seqlens_q", cu_seqlens_k="cu_seqlens_k")
     args = {**cfg.fields, **ptrs}
-    maps = fa3_maps(p, cfg.tile.bm, cfg.tile.bn) if cfg.tile.path == "fa3" else ()
+    maps: tuple[_op.TensorMap, ...] = ()
+    if cfg.tile.path == "fa3":
+        o = None
+        if int(cfg.fields["flags"]) & _flag("tma_out"):
+            o = (int(cfg.fields["o_sb"]), int(cfg.fields["o_ss"]), int(cfg.fields["o_sh"]))
+        maps = fa3_maps(p, cfg.tile.bm, cfg.tile.bn, o)
     launches = [
         Launch(
             f"ak_attn_fwd_{p.dtype}_{cfg.tile.name}", cfg.grid, (cfg.block,), args, cfg.smem, maps
