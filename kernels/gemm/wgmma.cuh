@@ -309,6 +309,9 @@ struct Kernel {
   // fit the GPCs at once, and the last ones run as a second wave.
   static_assert(kKSplit > 1 ? kKSplit == kCluster && kKSplit == 2 : kCluster == 1 || kCluster == 2,
                 "multicast clusters of 1 or 2 CTAs along M; K split by the 2 CTAs of a cluster");
+  // The K-split code does not depend on the swap, but only swapped tiles have run and been
+  // tested with it: an unswapped K-split variant must first get its own tests.
+  static_assert(kKSplit == 1 || kSwap, "K-split clusters are measured and tested on swapped tiles");
   static_assert(kGroupM % kMcast == 0 && (kBN / 64) % kMcast == 0, "whole B slices per CTA");
 
   using Acc = AccT<T>;
