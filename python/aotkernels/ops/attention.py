@@ -427,43 +427,39 @@ def validate_decode(
 # --- configuration (pure: a Problem, the output layout, the loaded variants) ------------------
 
 
-def fa3_maps(
-    p: Problem, bm: int, bn: int, out: tuple[int, int, int] | None = None
-) -> tuple[_op.TensorMap, ...]:
-    """The fa3 kernel's TMA maps of q, k and v (and of the output, given its (batch, seq, head)
-    element strides ``out``; the epilogue stores boxes of one warp's 16 rows): (d, heads, rows,
-    batch), byte strides from the element strides (varlen: a unit batch over the packed rows).
-    A dimension of extent 1 never steps, so its stride is replaced by the span below it (the
+def _fa3_map(
+    p: Problem, name: str, ptr: str, st: tuple[int, int, int], heads: int, rows: int, box: int
+) -> _op.TensorMap:
+    """One fa3 TMA map, (d, heads, rows, batch) with the operand's (batch, seq, head) element
+    strides ``st`` (varlen: a unit batch over the packed rows), boxes of ``box`` rows. A
+    dimension of extent 1 never steps, so its stride is replaced by the span below it (the
     driver wants multiples of 16)."""
-    varlen = bool(p.flags & _flag("varlen"))
-    maps = []
-    ops = [
-        ("q", p.q, p.heads, p.rows[0], bm),
-        ("k", p.k, p.kv_heads, p.rows[1], bn),
-        ("v", p.v, p.kv_heads, p.rows[1], bn),
-    ]
-    if out is not None:
-        ops.append(("o", out, p.heads, p.rows[0], _FA3_OUT_ROWS))
-    for name, st, heads, rows, box in ops:
-        dims = (p.d, heads, rows, 1 if varlen else p.batch)
-        strides: list[int] = []
-        span = p.d * 2
-        for n, s in zip(dims[1:], (st[2], st[1], st[0]), strict=True):
-            step = s * 2 if n > 1 else span
-            strides.append(step)
-            span = step * n
-        tma = DTYPES[p.dtype].tma
-        ptr = "out" if name == "o" else name
-        maps.append(
-            _op.TensorMap(f"tmap_{name}", ptr, tma, dims, tuple(strides), (_FA3_BOX, 1, box, 1))
-        )
-    return tuple(maps)
+    dims = (p.d, heads, rows, 1 if p.flags & _flag("varlen") else p.batch)
+    strides: list[int] = []
+    span = p.d * 2
+    for n, s in zip(dims[1:], (st[2], st[1], st[0]), strict=True):
+        step = s * 2 if n > 1 else span
+        strides.append(step)
+        span = step * n
+    tma = DTYPES[p.dtype].tma
+    return _op.TensorMap(f"tmap_{name}", ptr, tma, dims, tuple(strides), (_FA3_BOX, 1, box, 1))
+
+
+def fa3_maps(p: Problem, bm: int, bn: int) -> tuple[_op.TensorMap, ...]:
+    """The fa3 kernel's TMA maps of q, k and v (the output's: ``_fa3_out_map``)."""
+    return (
+        _fa3_map(p, "q", "q", p.q, p.heads, p.rows[0], bm),
+        _fa3_map(p, "k", "k", p.k, p.kv_heads, p.rows[1], bn),
+        _fa3_map(p, "v", "v", p.v, p.kv_heads, p.rows[1], bn),
+    )
 
 
 def _fa3_out_map(p: Problem, out: tuple[int, int, int]) -> _op.TensorMap | None:
-    """The output's TMA map, or None where the driver would refuse it (a stride of 2**40 bytes
-    or more): the kernel then copies its staged rows out in 16-byte pieces (flag tma_out off)."""
-    m = fa3_maps(p, max(_FA3_ROWS), max(_FA3_ROWS), out)[-1]
+    """The output's TMA map, given its (batch, seq, head) element strides: the epilogue stores
+    boxes of one consumer warp's 16 rows. None where the driver would refuse it (a stride of
+    2**40 bytes or more): the kernel then copies its staged rows out in 16-byte pieces (flag
+    tma_out off)."""
+    m = _fa3_map(p, "o", "out", out, p.heads, p.rows[0], _FA3_OUT_ROWS)
     return m if _op.tensor_map_problem(m) is None else None
 
 
@@ -689,10 +685,12 @@ def _launch(a: Args) -> list[Launch]:
     args = {**cfg.fields, **ptrs}
     maps: tuple[_op.TensorMap, ...] = ()
     if cfg.tile.path == "fa3":
-        o = None
+        maps = fa3_maps(p, cfg.tile.bm, cfg.tile.bn)
         if int(cfg.fields["flags"]) & _flag("tma_out"):
             o = (int(cfg.fields["o_sb"]), int(cfg.fields["o_ss"]), int(cfg.fields["o_sh"]))
-        maps = fa3_maps(p, cfg.tile.bm, cfg.tile.bn, o)
+            out_map = _fa3_out_map(p, o)
+            assert out_map is not None  # configure sets tma_out only where the map exists
+            maps = (*maps, out_map)
     launches = [
         Launch(
             f"ak_attn_fwd_{p.dtype}_{cfg.tile.name}", cfg.grid, (cfg.block,), args, cfg.smem, maps

@@ -600,6 +600,12 @@ def _scales(a: Args, dtype: str, m: int, n: int, k: int) -> _Scales:
     return _Scales(mode_a, mode_b, sa, sb, (sa_s0, 0), (sb_s0, 0))
 
 
+def _multicast(v: dict[str, Any]) -> int:
+    """The CTAs of a variant's cluster that share one B tile by multicast, each on its own tile
+    row (1 without a cluster, and for a K-split cluster, whose CTAs all run one tile)."""
+    return int(v.get("cluster", 1)) // int(v.get("ksplit", 1))
+
+
 def _tensor_maps(
     pick: _Pick, fam: Any, a: Meta, la: _Operand, b: Meta, lb: _Operand, m: int, n: int, k: int,
     folds: tuple[int, int] = (0, 0),
@@ -616,7 +622,7 @@ def _tensor_maps(
     bk = int(v["k_bytes"]) // item
     # A multicast cluster's CTAs each load one slice of their shared K-major B tile (a narrower
     # box); a K-split cluster's CTAs load whole tiles.
-    b_rows = int(v["bn"]) // (int(v.get("cluster", 1)) // int(v.get("ksplit", 1)))
+    b_rows = int(v["bn"]) // _multicast(v)
     box_inner = 128 // item
     maps = []
     for name, info, ld, outer_extent, tile, k_major, fold in (
@@ -878,8 +884,7 @@ def _launch(a: Args) -> list[Launch]:
     if pick.path != "mma_sync":
         # Persistent: a whole number of clusters. A multicast cluster stacks its tiles along M
         # (tile rows rounded up to whole cluster tiles); a K-split one runs all its CTAs on a tile.
-        stack = cluster // int(v.get("ksplit", 1))
-        tiles = _tiles(bt.n, m, n, bm_tile * stack, bn_tile) * cluster
+        tiles = _tiles(bt.n, m, n, bm_tile * _multicast(v), bn_tile) * cluster
         grid = (min(tiles * split.splits, fam.device.sm_count // cluster * cluster), 1, 1)
     # The wgmma epilogue stores 16-bit outputs through TMA where d is one TMA-legal matrix (not
     # with split-K: the splits' partials are f32).
