@@ -763,52 +763,6 @@ def test_cluster_tiles_batched_and_repeatable(
             assert torch.equal(ak.matmul(ra, rb), first), tile
 
 
-# K-group tiles (the unswapped variants whose ``kgroups`` is set: a slice's consumer warpgroups
-# take turns on its K stages and group 0 adds the others' sums): more tiles than SMs (each CTA's
-# exchange area reused), an odd stage count, and fewer stages than groups (fp8, K = 72).
-KGROUP_CASES = [(1000, 640, 1000), (130, 300, 72), (64, 128, 2200)]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize(("m", "n", "k"), KGROUP_CASES)
-@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
-def test_kgroup_tiles_repeatable(
-    monkeypatch: pytest.MonkeyPatch, m: int, n: int, k: int, dtype: str
-) -> None:
-    """Each K-group variant forced: random operands bitwise the same on every run (the groups'
-    sums meet in a fixed order) and within the accumulation bound of the fp64 reference (fp8:
-    per-tensor scales, both accumulation modes)."""
-    import torch
-
-    need_sm90a()
-    fam = loader.family_on("gemm", 0)
-    tiles = sorted(
-        v
-        for v, i in fam.variants.items()
-        if i["path"] == "wgmma" and i.get("kgroups", 1) > 1 and not i.get("swap_ab")
-    )
-    assert tiles
-    gen = generator(m, n, k, 26)
-    av = torch.randn(m, k, device="cuda", generator=gen).to(torch_dtype(dtype))
-    bv = torch.randn(n, k, device="cuda", generator=gen).to(torch_dtype(dtype)).t()
-    a, b = place(av, False, "tma"), place(bv, True, "tma")
-    fp8 = dtype != "bfloat16"
-    sa = sb = torch.full((1,), 0.5, device="cuda") if fp8 else None
-    ref = scaled_mm_ref(av, bv, sa, sb)
-    absref = scaled_mm_ref(av.float().abs(), bv.float().abs(), sa, sb).abs()
-    real = gemm._pick
-    for tile in tiles:
-        _force_tile(monkeypatch, real, tile)
-        for fast in (False, True) if fp8 else (False,):
-            if fp8:
-                ys = [ak.scaled_mm(a, b, sa, sb, torch.float32, use_fast_accum=fast)
-                      for _ in range(3)]  # fmt: skip
-            else:
-                ys = [ak.matmul(a, b, torch.float32) for _ in range(3)]
-            assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], ys[2]), (tile, fast)
-            assert_gemm_near(ys[0], ref, absref, dtype)
-
-
 # --- the caller's stream --------------------------------------------------------------------------
 
 

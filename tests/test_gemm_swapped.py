@@ -37,11 +37,9 @@ from helpers.gemm import (
 )
 from helpers.reference import assert_gemm_near, rounded_once, scaled_mm_ref
 
-# Every swapped variant of arch_matrix.toml, those whose cluster splits K, and those whose
-# consumer warpgroups split it (K groups).
+# Every swapped variant of arch_matrix.toml, and those whose cluster splits K.
 KSPLIT = ("wg_16x64tk2", "wg_32x64tk2")
-KGROUPS = ("wg_16x64tg2", "wg_32x64tg2")
-SWAPPED = ("wg_16x64t", "wg_16x128t", "wg_32x64t", "wg_32x128t", *KSPLIT, *KGROUPS)
+SWAPPED = ("wg_16x64t", "wg_16x128t", "wg_32x64t", "wg_32x128t", *KSPLIT)
 
 # --- CPU: the table and the launch ----------------------------------------------------------------
 
@@ -282,21 +280,19 @@ def test_swapped_fp8_random(swapped: Forced, m: int, n: int, k: int, fast: bool)
     assert swapped.last == swapped.variant
 
 
-# K-split clusters and K groups: K of 224 / 16 stages (2 / 1 CTA or group shares uneven for
-# fp8, 5 stages for K = 320), M past the 16-row tile (two tile columns), and N of 313 tiles:
-# every cluster or CTA runs several (the leader's receive area or the groups' staging areas
-# handed back and refilled).
+# K-split clusters: K of 224 / 16 stages (2 / 1 CTA shares uneven for fp8), M past the 16-row
+# tile (two tile columns), and N of 313 tiles: every cluster runs several (the leader's receive
+# area handed back and refilled).
 KSPLIT_SHAPES = [(16, 4096, 14336), (7, 1000, 1000), (33, 130, 1500), (16, 20000, 320)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("swapped", (*KSPLIT, *KGROUPS), indirect=True)
+@pytest.mark.parametrize("swapped", KSPLIT, indirect=True)
 @pytest.mark.parametrize(("m", "n", "k"), KSPLIT_SHAPES)
 @pytest.mark.parametrize("layout", ["kk", "kn"])
 def test_ksplit_exact_and_repeatable(swapped: Forced, m: int, n: int, k: int, layout: str) -> None:
-    """The K-split clusters and K groups: small integers with a bias exact in f32 and bf16,
-    random operands bitwise the same on every run and within the f32 accumulation bound of
-    fp64."""
+    """The K-split clusters: small integers with a bias exact in f32 and bf16, random operands
+    bitwise the same on every run and within the f32 accumulation bound of fp64."""
     import torch
 
     need_sm90a()
@@ -320,14 +316,13 @@ def test_ksplit_exact_and_repeatable(swapped: Forced, m: int, n: int, k: int, la
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("swapped", (*KSPLIT, *KGROUPS), indirect=True)
+@pytest.mark.parametrize("swapped", KSPLIT, indirect=True)
 @pytest.mark.parametrize("mode", ["tensor", "vector"])
 @pytest.mark.parametrize("fast", [False, True])
 @pytest.mark.parametrize("dtypes", ["e4m3", "e4m3/e5m2"])
 def test_ksplit_fp8_repeatable(swapped: Forced, mode: str, fast: bool, dtypes: str) -> None:
-    """fp8 (mixed operands too) through the K-split clusters and K groups, K = 2000 (16 stages:
-    8 + 8) with scales and a bias, both accumulation modes: repeatable bits within the fp8
-    bound."""
+    """fp8 (mixed operands too) through the K-split clusters, K = 2000 (16 stages: 8 + 8) with
+    scales and a bias, both accumulation modes: repeatable bits within the fp8 bound."""
     import torch
 
     need_sm90a()

@@ -132,13 +132,6 @@ struct KSplit : std::integral_constant<int, 1> {};
 template <class V>
 struct KSplit<V, std::void_t<decltype(V::ksplit)>> : std::integral_constant<int, V::ksplit> {};
 
-// V::kgroups (the consumer warpgroups that split each tile's K stages inside the CTA; 1 for
-// variants without the field).
-template <class V, class = void>
-struct KGroups : std::integral_constant<int, 1> {};
-template <class V>
-struct KGroups<V, std::void_t<decltype(V::kgroups)>> : std::integral_constant<int, V::kgroups> {};
-
 // ---- distributed shared memory (split-K inside a cluster) ----
 
 // This CTA's shared-memory address `addr` as the address of the same offset in cluster CTA `cta`.
@@ -255,12 +248,6 @@ struct Kernel {
   static constexpr int kBK = V::k_bytes / sizeof(T);  // K per stage
   static constexpr int kKSteps = V::k_bytes / 32;     // wgmmas per stage (32 bytes of K each)
   static constexpr int kConsumers = V::threads / 128 - 1;
-  // K groups (V::kgroups > 1): the consumers of a 64-row slice of the tile take turns on its K
-  // stages (group g the stages g, g + kKGroups, ... of each tile), each in its own accumulators,
-  // so one slice has several warpgroups waiting on wgmmas and promoting partial sums at once;
-  // group 0 then adds the others' sums. Consumer c runs slice c / kKGroups, group c % kKGroups.
-  static constexpr int kKGroups = KGroups<V>::value;
-  static constexpr int kSlices = kConsumers / kKGroups;
   // kCluster CTAs a cluster: kKSplit of them split one tile's K (rank 0 the leader), or kMcast
   // tiles stacked along M share their B tile by multicast.
   static constexpr int kCluster = V::cluster;
@@ -309,13 +296,7 @@ struct Kernel {
 
   static_assert(!V::layout_from_flags, "wgmma variants compile their operand layout in");
   static_assert(V::k_bytes == 128, "one 128-byte swizzle row of K per stage");
-  static_assert(kBM == 64 * kSlices && kSlices * kKGroups == kConsumers,
-                "kKGroups m64 consumer warpgroups per 64 tile rows");
-  // Each group has its own sub-ring of the stages (slots g, g + kKGroups, ...); a group's sums
-  // reach group 0 through its staging area (the planes of 128 threads x 16 bytes).
-  static_assert(kKGroups == 1 || (kStages % kKGroups == 0 && kCluster == 1 && kBN == kPart &&
-                                  kBN / 8 * kPlaneBytes <= kEpiBytes),
-                "K groups: whole sub-rings, no cluster, tiles one part wide");
+  static_assert(kBM == 64 * kConsumers, "one m64 consumer warpgroup per 64 tile rows");
   static_assert(kSwap ? (kBN == 16 || kBN == 32) && kMcast == 1
                       : kBN == 64 || kBN == 128 || kBN == 256,
                 "n64 / n128 / n256 wgmma tiles; swapped: n16 / n32, no multicast cluster");
@@ -429,70 +410,54 @@ struct Kernel {
                                                  int64_t tiles_m, int64_t tiles_n, int32_t k_tiles,
                                                  int64_t num_units) {
     const int64_t a_rows = p.a_bs ? p.a_bs / p.lda : 0, b_rows = p.b_bs ? p.b_bs / p.ldb : 0;
+    const CUtensorMap* map_a = kSwap ? &p.tmap_b : &p.tmap_a;
+    const CUtensorMap* map_b = kSwap ? &p.tmap_a : &p.tmap_b;
     const int rank = static_cast<int>(blockIdx.x % kMcast);  // a 1-D cluster along x
-    // One (stage, phase) per K group's sub-ring: a tile's stage kt0 + g + kKGroups i goes to
-    // group g's.
-    int stages[kKGroups];
-    uint32_t phases[kKGroups];
-#pragma unroll
-    for (int g = 0; g < kKGroups; ++g) {
-      stages[g] = g;
-      phases[g] = 0;
-    }
+    int stage = 0;
+    uint32_t phase = 0;
     for (int64_t unit = first_unit(); unit < num_units; unit += unit_step()) {
       const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
       const Tile& t = w.t;
       const int32_t a_off = static_cast<int32_t>(t.z * (kSwap ? b_rows : a_rows));
       const int32_t b_off = static_cast<int32_t>(t.z * (kSwap ? a_rows : b_rows));
-      for (int32_t kg = w.kt0; kg < w.kt1; kg += kKGroups) {
+      for (int32_t kt = w.kt0; kt < w.kt1; ++kt) {
+        // Parity phase ^ 1 passes at once on a fresh barrier: the ring starts empty.
+        bar_wait(empty + 8 * stage, phase ^ 1);
+        const uint32_t bar = full + 8 * stage;
+        bar_arrive_expect_tx(bar, kStageBytes);
+        const uint32_t a = smem + stage * kStageBytes, b = a + kABytes;
+        const int32_t k0 = kt * kBK;
+        if constexpr (kAMajorMN) {
 #pragma unroll
-        for (int g = 0; g < kKGroups; ++g) {
-          const int32_t kt = kg + g;
-          if (kKGroups > 1 && kt >= w.kt1) break;
-          produce_stage(p, smem, full, empty, t, kt, a_off, b_off, rank, stages[g], phases[g]);
+          for (int i = 0; i < kBM / 64; ++i)
+            tma_load(a + i * kBoxBytes, map_a, bar, t.m0 + 64 * i, a_off + k0);
+        } else {
+          tma_load(a, map_a, bar, k0, a_off + t.m0);
+        }
+        if constexpr (kBMajorK) {
+          load_b(b + rank * kSliceN * 128, map_b, bar, k0, b_off + t.n0 + rank * kSliceN);
+        } else {
+#pragma unroll
+          for (int j = rank * kSliceN / 64; j < (rank + 1) * kSliceN / 64; ++j)
+            load_b(b + j * kBoxBytes, map_b, bar, t.n0 + 64 * j, b_off + k0);
+        }
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
         }
       }
     }
     if constexpr (kMcast > 1) {
       // The other CTAs' consumers arrive on this CTA's empty barriers: one more wait per stage
       // sees each stage's last release, after which no arrival is left in flight.
-      int& stage = stages[0];
-      uint32_t& phase = phases[0];
       for (int s = 0; s < kStages; ++s) {
         bar_wait(empty + 8 * stage, phase ^ 1);
-        advance(stage, phase);
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
       }
     }
-  }
-
-  // The TMA boxes of K stage kt of tile t into ring slot `stage`, once its consumers freed it.
-  static __device__ __forceinline__ void produce_stage(const ak_gemm_params& p, uint32_t smem,
-                                                       uint32_t full, uint32_t empty, const Tile& t,
-                                                       int32_t kt, int32_t a_off, int32_t b_off,
-                                                       int rank, int& stage, uint32_t& phase) {
-    const CUtensorMap* map_a = kSwap ? &p.tmap_b : &p.tmap_a;
-    const CUtensorMap* map_b = kSwap ? &p.tmap_a : &p.tmap_b;
-    // Parity phase ^ 1 passes at once on a fresh barrier: the ring starts empty.
-    bar_wait(empty + 8 * stage, phase ^ 1);
-    const uint32_t bar = full + 8 * stage;
-    bar_arrive_expect_tx(bar, kStageBytes);
-    const uint32_t a = smem + stage * kStageBytes, b = a + kABytes;
-    const int32_t k0 = kt * kBK;
-    if constexpr (kAMajorMN) {
-#pragma unroll
-      for (int i = 0; i < kBM / 64; ++i)
-        tma_load(a + i * kBoxBytes, map_a, bar, t.m0 + 64 * i, a_off + k0);
-    } else {
-      tma_load(a, map_a, bar, k0, a_off + t.m0);
-    }
-    if constexpr (kBMajorK) {
-      load_b(b + rank * kSliceN * 128, map_b, bar, k0, b_off + t.n0 + rank * kSliceN);
-    } else {
-#pragma unroll
-      for (int j = rank * kSliceN / 64; j < (rank + 1) * kSliceN / 64; ++j)
-        load_b(b + j * kBoxBytes, map_b, bar, t.n0 + 64 * j, b_off + k0);
-    }
-    advance(stage, phase);
   }
 
   // Descriptors of K step 0 of a stage; step kk adds kk * step_a / step_b bytes (>> 4) to them.
@@ -505,7 +470,7 @@ struct Kernel {
   static constexpr uint32_t step_b = kBMajorK ? 32 : 16 * 128;
   static __device__ __forceinline__ uint64_t desc_a(uint32_t a_stage, int consumer) {
     // K-major: this warpgroup's 64 rows of 128 B. M-major: its own 64-wide M box (K rows).
-    return smem_desc(a_stage + slice_of(consumer) * kBoxBytes, lbo_a, 1024);
+    return smem_desc(a_stage + consumer * kBoxBytes, lbo_a, 1024);
   }
   static __device__ __forceinline__ uint64_t desc_b(uint32_t b_stage) {
     return smem_desc(b_stage, lbo_b, 1024);
@@ -549,7 +514,7 @@ struct Kernel {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
     Acc* frag = buf + (warp * 16 + lane / 4) * kPitch + 2 * (lane % 4);
     const Acc* line = buf + (2 * warp + lane / 16) * kPitch + 2 * (lane % 16);
-    const int64_t row = t.m0 + slice_of(consumer) * 64 + 2 * warp + lane / 16;
+    const int64_t row = t.m0 + consumer * 64 + 2 * warp + lane / 16;
     const int64_t d_off = t.z * p.d_bs;
 #pragma unroll 1
     for (int c = 0; c < kBN / kChunk; ++c) {
@@ -587,7 +552,7 @@ struct Kernel {
       at[kSwapPitch + 8] = acc[4 * j + 3];
     }
     consumer_sync(consumer);
-    const int64_t n = t.m0 + slice_of(consumer) * 64 + 2 * lane;
+    const int64_t n = t.m0 + consumer * 64 + 2 * lane;
 #pragma unroll 4
     for (int c = warp; c < kBN; c += 4) {
       const Pair v = *reinterpret_cast<const Pair*>(buf + c * kSwapPitch + 2 * lane);
@@ -609,7 +574,7 @@ struct Kernel {
     Factors f;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
     // Rows past M (never stored) read row M - 1's scale, columns past N column N - 1's.
-    const int64_t r0 = t.m0 + slice_of(consumer) * 64 + warp * 16 + lane / 4;
+    const int64_t r0 = t.m0 + consumer * 64 + warp * 16 + lane / 4;
     f.sa0 = row_scale(p, min(r0, p.m - 1));
     f.sa1 = row_scale(p, min(r0 + 8, p.m - 1));
     f.sb = col_scale(p, 0);
@@ -645,7 +610,7 @@ struct Kernel {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
     const bool leader = threadIdx.x % 128 == 0;
     const int r0 = warp * 16 + lane / 4;  // and r0 + 8: rows in the warpgroup's 64
-    const int64_t m0 = t.m0 + slice_of(consumer) * 64;
+    const int64_t m0 = t.m0 + consumer * 64;
     const bool cols = has_cols(p);
 #pragma unroll
     for (int h = 0; h < kBN / kPart; ++h) {
@@ -776,8 +741,7 @@ struct Kernel {
   static __device__ __forceinline__ void store_partials(const ak_gemm_params& p, const Work& w,
                                                         int consumer, const float (&acc)[kBN / 2]) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
-    const int64_t r0 = w.t.m0 + slice_of(consumer) * 64 + warp * 16 + lane / 4;
-    const int64_t ldw = split_ld(p);
+    const int64_t r0 = w.t.m0 + consumer * 64 + warp * 16 + lane / 4, ldw = split_ld(p);
     float* ws = static_cast<float*>(p.ws) + (w.split * p.m + r0) * ldw;
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) {
@@ -800,15 +764,10 @@ struct Kernel {
     asm volatile("bar.sync %0, 128;" ::"r"(consumer + 1) : "memory");
   }
 
-  // The 64-row slice of the tile that a consumer warpgroup computes, and its K group.
-  static __device__ __forceinline__ int slice_of(int consumer) { return consumer / kKGroups; }
-  static __device__ __forceinline__ int group_of(int consumer) { return consumer % kKGroups; }
-
-  // The next stage of a (sub-)ring: kKGroups slots on (the parity flips each time it wraps).
+  // The consumers' next stage of the ring (the parity flips each time the ring wraps).
   static __device__ __forceinline__ void advance(int& stage, uint32_t& phase) {
-    stage += kKGroups;
-    if (stage >= kStages) {
-      stage -= kStages;
+    if (++stage == kStages) {
+      stage = 0;
       phase ^= 1;
     }
   }
@@ -846,8 +805,7 @@ struct Kernel {
   static __device__ __forceinline__ int64_t scale_row(const ak_gemm_params& p, const Tile& t,
                                                       int consumer, int dr) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
-    const int64_t r = t.m0 + slice_of(consumer) * 64 + warp * 16 + lane / 4 + dr;
-    return min(r, p.m - 1);
+    return min(static_cast<int64_t>(t.m0 + consumer * 64 + warp * 16 + lane / 4 + dr), p.m - 1);
   }
 
   // b's factors for K block kt: scale_a of both rows times scale_b of the block holding column n.
@@ -883,12 +841,9 @@ struct Kernel {
   static __device__ __forceinline__ void main_direct(uint32_t smem, uint32_t full, uint32_t empty,
                                                      int consumer, const Work& w, int& stage,
                                                      uint32_t& phase, Acc (&acc)[kBN / 2]) {
-    // This consumer's K group takes stages first, first + kKGroups, ... of the unit.
-    const int32_t first = w.kt0 + group_of(consumer);
-    // A cluster CTA or K group past a short K: no stage.
-    if ((kKSplit > 1 || kKGroups > 1) && first >= w.kt1) return;
+    if (kKSplit > 1 && w.kt0 == w.kt1) return;  // a cluster CTA past a short K
     int last = 0;
-    for (int32_t kt = first; kt < w.kt1; kt += kKGroups) {
+    for (int32_t kt = w.kt0; kt < w.kt1; ++kt) {
       bar_wait(full + 8 * stage, phase);
       const uint32_t a = smem + stage * kStageBytes;
       const uint64_t da = desc_a(a, consumer), db = desc_b(a + kABytes);
@@ -903,7 +858,7 @@ struct Kernel {
       // The batch before this one has retired: its stage can be refilled.
       wgmma_wait<1>();
       fence_acc(acc);
-      if (kt > first) release(empty, last);
+      if (kt > w.kt0) release(empty, stage == 0 ? kStages - 1 : stage - 1);
       last = stage;
       advance(stage, phase);
     }
@@ -924,8 +879,8 @@ struct Kernel {
     const int64_t row0 = scale_row(p, w.t, consumer, 0), row1 = scale_row(p, w.t, consumer, 8);
     if constexpr (kBN == kPart) {
       Pending b0, b1;
-      int32_t kt = w.kt0 + group_of(consumer);  // this K group's stages, kKGroups apart
-      for (; kt + kKGroups < w.kt1; kt += 2 * kKGroups) {
+      int32_t kt = w.kt0;
+      for (; kt + 1 < w.kt1; kt += 2) {
         int stage1 = stage;
         uint32_t phase1 = phase;
         advance(stage1, phase1);
@@ -940,7 +895,7 @@ struct Kernel {
         wgmma_commit();
         if constexpr (kAccum == kBlock) {
           block_factors(p, b0, row0, row1, w.t.n0, kt);
-          block_factors(p, b1, row0, row1, w.t.n0, kt + kKGroups);
+          block_factors(p, b1, row0, row1, w.t.n0, kt + 1);
         }
         wgmma_wait<1>();
         promote<kAccum>(acc, b0, 0);
@@ -1068,45 +1023,6 @@ struct Kernel {
     }
   }
 
-  // K groups: the slice's groups 1, 2, ... store their sums in their staging areas (kBN / 8
-  // planes of 128 threads x 16 bytes, conflict-free) and group 0 adds them to its own in group
-  // order (bitwise repeatable), then runs the epilogue alone; a group's area is rewritten for
-  // the next tile only after group 0 has read it. Returns whether this consumer runs the
-  // epilogue. Named barriers kConsumers + 1 + 2 slice (sums stored) and + 1 (sums read).
-  static __device__ __forceinline__ bool gather_groups(int consumer, Acc (&acc)[kBN / 2],
-                                                       Acc* buf) {
-    using Quad = std::conditional_t<kInt8, int4, float4>;
-    const int group = group_of(consumer), threads = 128 * kKGroups;
-    const int stored = kConsumers + 1 + 2 * slice_of(consumer), read = stored + 1;
-    constexpr int kPlane = kPlaneBytes / sizeof(Acc);
-    if (group > 0) {
-      Quad* area = reinterpret_cast<Quad*>(buf) + threadIdx.x % 128;
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        area[j * kPlane / 4] = {acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]};
-      }
-      named_arrive(stored, threads);
-      named_sync(read, threads);
-      return false;
-    }
-    named_sync(stored, threads);
-#pragma unroll
-    for (int g = 1; g < kKGroups; ++g) {
-      const Quad* area =
-          reinterpret_cast<const Quad*>(buf + g * (kEpiBytes / sizeof(Acc))) + threadIdx.x % 128;
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        const Quad v = area[j * kPlane / 4];
-        acc[4 * j] += v.x;
-        acc[4 * j + 1] += v.y;
-        acc[4 * j + 2] += v.z;
-        acc[4 * j + 3] += v.w;
-      }
-    }
-    named_arrive(read, threads);
-    return true;
-  }
-
   template <int kAccum>
   static __device__ __forceinline__ void consume(const ak_gemm_params& p, uint32_t smem,
                                                  uint32_t full, uint32_t empty, Acc* buf,
@@ -1117,7 +1033,7 @@ struct Kernel {
     static_assert(kAccum == kDirect || (kBK == kScaleBlockK && kScaleBlockN % kPart == 0));
     const int consumer = threadIdx.x / 128 - 1;
     const bool leader = blockIdx.x % kKSplit == 0;
-    int stage = group_of(consumer);  // the first slot of the K group's sub-ring
+    int stage = 0;
     uint32_t phase = 0, rx_phase = 0;
     for (int64_t unit = first_unit(); unit < num_units; unit += unit_step()) {
       const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
@@ -1141,9 +1057,6 @@ struct Kernel {
         }
         gather(smem, consumer, rx_phase, acc);
       }
-      if constexpr (kKGroups > 1) {
-        if (!gather_groups(consumer, acc, buf)) continue;
-      }
       if constexpr (kSwap) {
         store_swapped(p, w.t, consumer, acc, buf);
       } else {
@@ -1164,8 +1077,8 @@ struct Kernel {
     const uint32_t full = smem + kBarOffset, empty = full + 8 * kStages;
     if (threadIdx.x == 0) {
       for (int s = 0; s < kStages; ++s) {
-        bar_init(full + 8 * s, 1);                      // the producer's expect_tx arrival
-        bar_init(empty + 8 * s, kSlices * 4 * kMcast);  // per reading consumer warp (cluster)
+        bar_init(full + 8 * s, 1);                         // the producer's expect_tx arrival
+        bar_init(empty + 8 * s, kConsumers * 4 * kMcast);  // per consumer warp of the cluster
       }
       for (int c = 0; c < (kKSplit > 1 ? kConsumers : 0); ++c) {
         bar_init(rx_full(smem, c), 1);  // the leader's expect_tx arrival
