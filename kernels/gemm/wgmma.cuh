@@ -791,9 +791,10 @@ struct Kernel {
     }
   }
 
-  // The TMA stores in flight read shared memory: they complete before the CTA exits.
+  // The TMA stores in flight read shared memory: they have read it before the CTA exits (their
+  // writes complete with the grid; waiting for them too put their latency on the tail).
   static __device__ __forceinline__ void finish_stores() {
-    if (threadIdx.x % 128 == 0) bulk_wait<false>();
+    if (threadIdx.x % 128 == 0) bulk_wait<true>();
   }
 
   // Barrier over one consumer warpgroup (ids 1..kConsumers; 0 is __syncthreads).
@@ -1060,6 +1061,14 @@ struct Kernel {
     }
   }
 
+  // Whether a tile's epilogue factors are read before its main loop (their latency hidden
+  // behind it) rather than after: always but where a promoted loop's registers are full while
+  // it runs (tiles over 64 columns, and the block-scaled loop with its scale factors). Swapped
+  // tiles' factors are a few registers.
+  template <int kAccum>
+  static constexpr bool kEarlyFactors =
+      kAccum == kDirect || kSwap || (kAccum == kPromote && kBN <= 64);
+
   template <int kAccum>
   static __device__ __forceinline__ void consume(const ak_gemm_params& p, uint32_t smem,
                                                  uint32_t full, uint32_t empty, Acc* buf,
@@ -1074,9 +1083,8 @@ struct Kernel {
     uint32_t phase = 0, rx_phase = 0;
     for (int64_t unit = first_unit(); unit < num_units; unit += unit_step()) {
       const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
-      // Swapped tiles' factors are a few registers: read before the main loop in every mode.
       Factors f;
-      if constexpr (kAccum == kDirect || kSwap) f = tile_factors(p, w.t, consumer);
+      if constexpr (kEarlyFactors<kAccum>) f = tile_factors(p, w.t, consumer);
       Acc acc[kBN / 2];
 #pragma unroll
       for (int i = 0; i < kBN / 2; ++i) acc[i] = 0;
@@ -1085,9 +1093,7 @@ struct Kernel {
       } else {
         main_promoted<kAccum>(p, smem, full, empty, consumer, w, stage, phase, acc);
       }
-      // The promoted loops' registers are full while the main loop runs: their factors are
-      // read here.
-      if constexpr (kAccum != kDirect && !kSwap) f = tile_factors(p, w.t, consumer);
+      if constexpr (!kEarlyFactors<kAccum>) f = tile_factors(p, w.t, consumer);
       if constexpr (kKSplit > 1) {
         if (!leader) {
           send(smem, consumer, rx_phase, acc);
