@@ -44,8 +44,8 @@
 // Swapped variants (V::swap_ab, small M): the kernel computes d^T = b^T a^T. b's tile is wgmma's A
 // operand (the consumers' 64-row slices run along N) and a's tile its B operand (n16 / n32 along
 // M), so a tile spends no tensor-core work on rows past M; the epilogue writes d transposed
-// through the staging area. They split K only inside their cluster (the workspace split is not
-// theirs: p.splits is ignored).
+// through the staging area, with scales and bias read when the tile starts. They split K only
+// inside their cluster (the workspace split is not theirs: p.splits is ignored).
 //
 // Operand layouts are compiled in (V::a_mmajor, V::b_kmajor). K-major operands use K-major
 // descriptors (one 128-byte swizzle row = the stage's whole K); M/N-major 16-bit operands keep the
