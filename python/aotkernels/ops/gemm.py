@@ -182,10 +182,10 @@ bf16 16x3072x4096 (48)     0.968     0.964
 
 Two consumer warpgroups taking turns on one 64-row slice's K stages (each in its own
 accumulators, one adding the other's sums), tried as 384-thread forms of ``wg_16x64t``,
-``wg_32x64t`` and ``wg_64x64``, were no faster on any row (H200, 2026-11-28, one process,
+``wg_32x64t`` and ``wg_64x64``, were no faster beyond the noise (H200, 2026-11-28, one process,
 alternating; ratio to the anchor, table / that form: fp8 16x4096x4096 0.89 / 0.84, bf16
 16x4096x14336 0.98 / 0.88, fp8 128x4096x4096 0.91 / 0.92, fp8 1024^3 0.91 / 0.75): not kept.
-What the M <= 32 rows lost instead was the epilogue's scale and bias reads after the main loop,
+Part of what the M <= 32 rows lost was the epilogue's scale and bias reads after the main loop,
 on every tile's critical path: the swapped tiles now read them when the tile starts, as do the
 promoted (fp8, not block-scaled) tiles of at most 64 columns, and the CTA exits once its TMA
 stores have read shared memory. Same H200, fresh processes of main and of this build alternated,
