@@ -44,8 +44,8 @@
 // Swapped variants (V::swap_ab, small M): the kernel computes d^T = b^T a^T. b's tile is wgmma's A
 // operand (the consumers' 64-row slices run along N) and a's tile its B operand (n16 / n32 along
 // M), so a tile spends no tensor-core work on rows past M; the epilogue writes d transposed
-// through the staging area. They split K only inside their cluster (the workspace split is not
-// theirs: p.splits is ignored).
+// through the staging area, with scales and bias read when the tile starts. They split K only
+// inside their cluster (the workspace split is not theirs: p.splits is ignored).
 //
 // Operand layouts are compiled in (V::a_mmajor, V::b_kmajor). K-major operands use K-major
 // descriptors (one 128-byte swizzle row = the stage's whole K); M/N-major 16-bit operands keep the
@@ -335,10 +335,16 @@ struct Kernel {
   // Rows r0 and r0 + 8 of the fragment take sa0 / sa1; a per-tensor scale_b is sb. Per-column
   // scales and the bias (`cols`) are spread over the warp, lane l holding columns 32 i + l of
   // the tile; the epilogue fetches its columns' values with shuffles.
-  struct Factors {
+  struct TileFactors {
     float sa0, sa1, sb;
     float col_s[kBN / 32 > 0 ? kBN / 32 : 1], col_b[kBN / 32 > 0 ? kBN / 32 : 1];
   };
+  // A swapped tile's (store_swapped): row t.n0 + warp + 4 i of d, the i-th this thread stores,
+  // takes sa[i]; its two columns (2 lane and 2 lane + 1 of the consumer's 64) sb[] and bias[].
+  struct SwapFactors {
+    float sa[kBN / 4], sb[2], bias[2];
+  };
+  using Factors = std::conditional_t<kSwap, SwapFactors, TileFactors>;
 
   // Matrix by matrix; inside one, grouped order over cluster tiles (kMcast tiles stacked along
   // M): kGroupM tile rows are walked column by column, so concurrently running CTAs cover a
@@ -536,11 +542,12 @@ struct Kernel {
 
   // A swapped tile: accumulator (r, c) of consumer q is d[n0 + c, m0 + 64 q + r]. The fragment
   // goes to the consumer's staging area transposed, one row of d (its 64 columns) per accumulator
-  // column, and each warp then runs whole rows of d through the shared epilogue (M is small: the
-  // output is a sliver of the traffic, the weights are the rest).
+  // column, and each warp then writes whole rows of d (M is small: the output is a sliver of the
+  // traffic, the weights are the rest), scaled with the factors `f` read when the tile started:
+  // read here, their latency followed the main loop on every tile's critical path.
   static __device__ __forceinline__ void store_swapped(const ak_gemm_params& p, const Tile& t,
                                                        int consumer, const Acc (&acc)[kBN / 2],
-                                                       Acc* buf) {
+                                                       const Factors& f, Acc* buf) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
     const int r0 = warp * 16 + lane / 4;
 #pragma unroll
@@ -553,14 +560,22 @@ struct Kernel {
     }
     consumer_sync(consumer);
     const int64_t n = t.m0 + consumer * 64 + 2 * lane;
-#pragma unroll 4
-    for (int c = warp; c < kBN; c += 4) {
+    const bool both = n + 1 < p.n;
+#pragma unroll
+    for (int i = 0; i < kBN / 4; ++i) {
+      const int c = warp + 4 * i;
       const Pair v = *reinterpret_cast<const Pair*>(buf + c * kSwapPitch + 2 * lane);
-      if constexpr (kInt8) {
+      if (kInt8 && p.out_dtype == kOutS32) {
         epilogue2_s32(p, t.n0 + c, n, v.x, v.y);
-      } else {
-        epilogue2(p, t.n0 + c, n, v.x, v.y);
+        continue;
       }
+      // epilogue2's expression (the same bits) with the factors read ahead.
+      const int64_t m = t.n0 + c;
+      if (m >= p.m || n >= p.n) continue;
+      const float x0 = static_cast<float>(v.x), x1 = static_cast<float>(v.y);
+      const float v0 = x0 * f.sa[i] * f.sb[0] + f.bias[0];
+      const float v1 = both ? x1 * f.sa[i] * f.sb[1] + f.bias[1] : 0.0f;
+      store2(p, m, n, v0, v1, 0);
     }
     consumer_sync(consumer);  // the next tile overwrites the staging area
   }
@@ -569,9 +584,9 @@ struct Kernel {
     return p.scale_mode_b == kScaleVector || (p.flags & kBias);
   }
 
-  static __device__ __forceinline__ Factors factors(const ak_gemm_params& p, const Tile& t,
-                                                    int consumer) {
-    Factors f;
+  static __device__ __forceinline__ TileFactors factors(const ak_gemm_params& p, const Tile& t,
+                                                        int consumer) {
+    TileFactors f;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
     // Rows past M (never stored) read row M - 1's scale, columns past N column N - 1's.
     const int64_t r0 = t.m0 + consumer * 64 + warp * 16 + lane / 4;
@@ -589,12 +604,34 @@ struct Kernel {
     return f;
   }
 
-  // The factors of a tile whose epilogue is the TMA store's (the others read theirs in the shared
-  // epilogue).
+  static __device__ __forceinline__ SwapFactors swap_factors(const ak_gemm_params& p, const Tile& t,
+                                                             int consumer) {
+    SwapFactors f;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+    // Rows past M (never stored) read row M - 1's scale, columns past N column N - 1's.
+#pragma unroll
+    for (int i = 0; i < kBN / 4; ++i) {
+      f.sa[i] = row_scale(p, min(static_cast<int64_t>(t.n0 + warp + 4 * i), p.m - 1));
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int64_t n = min(static_cast<int64_t>(t.m0 + consumer * 64 + 2 * lane + j), p.n - 1);
+      f.sb[j] = col_scale(p, n);
+      f.bias[j] = bias_at(p, n);
+    }
+    return f;
+  }
+
+  // The factors of a tile whose epilogue is the TMA store's or a swapped tile's (the others read
+  // theirs in the shared epilogue).
   static __device__ __forceinline__ Factors tile_factors(const ak_gemm_params& p, const Tile& t,
                                                          int consumer) {
-    if (kInt8 || kSwap || !(p.flags & kTmaStore)) return Factors{};
-    return factors(p, t, consumer);
+    if constexpr (kSwap) {
+      return swap_factors(p, t, consumer);
+    } else {
+      if (kInt8 || !(p.flags & kTmaStore)) return Factors{};
+      return factors(p, t, consumer);
+    }
   }
 
   // The epilogue of 16-bit outputs (the host sets kTmaStore and encodes tmap_d): each kPart-column
@@ -754,9 +791,10 @@ struct Kernel {
     }
   }
 
-  // The TMA stores in flight read shared memory: they complete before the CTA exits.
+  // The TMA stores in flight read shared memory: they have read it before the CTA exits (their
+  // writes complete with the grid; waiting for them too put their latency on the tail).
   static __device__ __forceinline__ void finish_stores() {
-    if (threadIdx.x % 128 == 0) bulk_wait<false>();
+    if (threadIdx.x % 128 == 0) bulk_wait<true>();
   }
 
   // Barrier over one consumer warpgroup (ids 1..kConsumers; 0 is __syncthreads).
@@ -1023,6 +1061,14 @@ struct Kernel {
     }
   }
 
+  // Whether a tile's epilogue factors are read before its main loop (their latency hidden
+  // behind it) rather than after: always but where a promoted loop's registers are full while
+  // it runs (tiles over 64 columns, and the block-scaled loop with its scale factors). Swapped
+  // tiles' factors are a few registers.
+  template <int kAccum>
+  static constexpr bool kEarlyFactors =
+      kAccum == kDirect || kSwap || (kAccum == kPromote && kBN <= 64);
+
   template <int kAccum>
   static __device__ __forceinline__ void consume(const ak_gemm_params& p, uint32_t smem,
                                                  uint32_t full, uint32_t empty, Acc* buf,
@@ -1038,7 +1084,7 @@ struct Kernel {
     for (int64_t unit = first_unit(); unit < num_units; unit += unit_step()) {
       const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
       Factors f;
-      if constexpr (kAccum == kDirect) f = tile_factors(p, w.t, consumer);
+      if constexpr (kEarlyFactors<kAccum>) f = tile_factors(p, w.t, consumer);
       Acc acc[kBN / 2];
 #pragma unroll
       for (int i = 0; i < kBN / 2; ++i) acc[i] = 0;
@@ -1047,9 +1093,7 @@ struct Kernel {
       } else {
         main_promoted<kAccum>(p, smem, full, empty, consumer, w, stage, phase, acc);
       }
-      // The promoted loops' registers are full while the main loop runs: their factors are
-      // read here.
-      if constexpr (kAccum != kDirect) f = tile_factors(p, w.t, consumer);
+      if constexpr (!kEarlyFactors<kAccum>) f = tile_factors(p, w.t, consumer);
       if constexpr (kKSplit > 1) {
         if (!leader) {
           send(smem, consumer, rx_phase, acc);
@@ -1058,7 +1102,7 @@ struct Kernel {
         gather(smem, consumer, rx_phase, acc);
       }
       if constexpr (kSwap) {
-        store_swapped(p, w.t, consumer, acc, buf);
+        store_swapped(p, w.t, consumer, acc, f, buf);
       } else {
         store_tile(p, w, consumer, acc, f, buf);
       }
@@ -1076,6 +1120,10 @@ struct Kernel {
     const uint32_t raw = smem_u32(smem_raw), smem = (raw + 1023) & ~1023u;
     const uint32_t full = smem + kBarOffset, empty = full + 8 * kStages;
     if (threadIdx.x == 0) {
+      // The descriptors' fetch overlaps the set-up (a cold one delays the first TMA load).
+      prefetch_tensormap(&p.tmap_a);
+      prefetch_tensormap(&p.tmap_b);
+      if (p.flags & kTmaStore) prefetch_tensormap(&p.tmap_d);
       for (int s = 0; s < kStages; ++s) {
         bar_init(full + 8 * s, 1);                         // the producer's expect_tx arrival
         bar_init(empty + 8 * s, kConsumers * 4 * kMcast);  // per consumer warp of the cluster
@@ -1101,14 +1149,6 @@ struct Kernel {
     if (threadIdx.x < 128) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
       if (threadIdx.x == 0) {
-        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&p.tmap_a))
-                     : "memory");
-        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&p.tmap_b))
-                     : "memory");
-        if (p.flags & kTmaStore) {
-          asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&p.tmap_d))
-                       : "memory");
-        }
         produce(p, smem, full, empty, num_tiles, tiles_m, tiles_n, k_tiles, num_units);
       }
       return;

@@ -180,6 +180,19 @@ int8 32x2048x8192          1.569     1.770
 bf16 16x3072x4096 (48)     0.968     0.964
 =========================  ========  ========
 
+Two consumer warpgroups taking turns on one 64-row slice's K stages (each in its own
+accumulators, one adding the other's sums), tried as 384-thread forms of ``wg_16x64t``,
+``wg_32x64t`` and ``wg_64x64``, were no faster beyond the noise (H200, 2026-11-28, one process,
+alternating; ratio to the anchor, table / that form: fp8 16x4096x4096 0.89 / 0.84, bf16
+16x4096x14336 0.98 / 0.88, fp8 128x4096x4096 0.91 / 0.92, fp8 1024^3 0.91 / 0.75): not kept.
+Part of what the M <= 32 rows lost was the epilogue's scale and bias reads after the main loop,
+on every tile's critical path: the swapped tiles now read them when the tile starts, as do the
+promoted (fp8, not block-scaled) tiles of at most 64 columns, and the CTA exits once its TMA
+stores have read shared memory. Same H200, fresh processes of main and of this build alternated,
+median ratio to the anchor, main -> now: fp8 16x4096x4096 0.90 -> 0.97, fp8 32x4096x4096 0.84 ->
+0.92, fp8 16x8192x8192 0.92 -> 0.96, fp8 16x4096x14336 1.02 -> 1.06, fp8 128x4096x4096 0.91 ->
+0.94, fp8 1024^3 0.93 -> 0.95, bf16 16x4096x4096 1.02 -> 1.05; the same bits.
+
 Split-K through the workspace pays only while one row of tiles streams a long K: M <= 64 (less
 the calls that take a swapped tile, whose K splits only inside a cluster, see above), at least
 48 stages of 128 bytes of K per split, as many splits as fill half of 132 CTAs (``_split_k``; at
