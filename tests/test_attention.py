@@ -353,6 +353,7 @@ TILES = [
 ]
 FA3_TILES = [
     Tile("fa3_d64", "fa3", 0, 64, 128, 128, 384, 165376),
+    Tile("fa3_d64_defer", "fa3", 0, 64, 128, 128, 384, 165376, 1, masked_only=1),
     Tile("fa3_d64_m192", "fa3", 0, 64, 192, 128, 512, 206336, 1, 2048, 192, 1),
     Tile("fa3_d128_defer", "fa3", 0, 128, 128, 128, 384, 230912, o_tma=1),
     Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 230912, 1, 1024, o_tma=1),
@@ -681,7 +682,7 @@ def test_fa3_units_of_192_row_tiles() -> None:
 @pytest.mark.parametrize(
     ("d", "sk", "variant"),
     [
-        (64, 2047, "fa3_d64"),
+        (64, 2047, "fa3_d64_defer"),
         (64, 2048, "fa3_d64_m192"),
         (128, 1023, "fa3_d128_defer"),
         (128, 1024, "fa3_d128"),
@@ -725,21 +726,25 @@ def test_fa3_d128_schedule_by_mask_and_lengths(
     ("sq", "sk", "causal", "window", "variant"),
     [
         (300, 1, False, None, "fa3_d64_m192"),
-        (300, 2047, True, None, "fa3_d64"),
+        (300, 2047, True, None, "fa3_d64_defer"),
         (300, 2048, True, None, "fa3_d64_m192"),
-        (300, 2047, False, (300, 200), "fa3_d64"),
-        (300, 2047, False, (-1, 5), "fa3_d64"),
+        (300, 2047, False, (300, 200), "fa3_d64_defer"),
+        (300, 2047, False, (-1, 5), "fa3_d64_defer"),
         (300, 2048, False, (-1, 5), "fa3_d64_m192"),
         (191, 4096, False, None, "fa3_d64"),
         (192, 4096, False, None, "fa3_d64_m192"),
-        (191, 4096, True, None, "fa3_d64"),
+        (191, 4096, True, None, "fa3_d64_defer"),
+        (1, 1, False, None, "fa3_d64"),
+        (1, 1, True, None, "fa3_d64_defer"),
     ],
 )
 def test_fa3_d64_query_tile_by_mask_and_lengths(
     sq: int, sk: int, causal: bool, window: tuple[int, int] | None, variant: str
 ) -> None:
     """d 64's 192-row query tile: min_keys_masked replaces its min_keys for calls with a causal
-    mask or a window on either side; min_queries keeps it from queries shorter than one tile."""
+    mask or a window on either side; min_queries keeps it from queries shorter than one tile.
+    Below those bounds the deferred 128-row tile runs masked calls (min_keys 1 beats fa3_d64's
+    0) and never one without a mask (masked_only), which fa3_d64 keeps."""
     q, kv = meta((1, sq, 8, 64)), meta((1, sk, 8, 64))
     p = validate_dense(q, kv, kv, causal, None, window, None, False)
     assert configure(p, q.strides, FA3_TILES).tile.name == variant
@@ -934,9 +939,9 @@ def test_persistent_grid_many_units(d: int, causal: bool, window: tuple[int, int
 @pytest.mark.parametrize(("d", "sk"), [(64, 2047), (64, 2048), (128, 1023), (128, 1024)])
 def test_key_length_bounds_of_variants(dtype: str, d: int, sk: int) -> None:
     """Key lengths on both sides of a bound between the fa3 variants of a head dim (arch_matrix.toml
-    min_keys_masked: d 64's 128- and 192-row query tiles, d 128's deferred and plain schedules;
-    on the fa2 path, the same calls on FA2): causal, window, softcap, GQA, the LSE, bitwise
-    repeats; a varlen batch whose longest sequence has sk keys."""
+    min_keys_masked: d 64's deferred 128-row and its 192-row query tiles, d 128's deferred and
+    plain schedules; on the fa2 path, the same calls on FA2): causal, window, softcap, GQA, the
+    LSE, bitwise repeats; a varlen batch whose longest sequence has sk keys."""
     torch = _torch()
     torch.manual_seed(d + sk)
     dt = getattr(torch, dtype)
@@ -1174,14 +1179,19 @@ def test_nan_in_v_propagates() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_large_logits(dtype: str) -> None:
-    """Logits in the thousands: the running max keeps every exponential in range."""
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_large_logits(dtype: str, d: int, causal: bool) -> None:
+    """Logits in the thousands: the running max keeps every exponential in range, and the
+    exponentials fa3 computes by polynomial (arguments far below -126 included) match the
+    reference's, LSE too."""
     torch = _torch()
     dt = getattr(torch, dtype)
     check(
-        rand(1, 500, 2, 128, dtype=dt, scale=20.0),
-        rand(1, 700, 2, 128, dtype=dt, scale=20.0),
-        rand(1, 700, 2, 128, dtype=dt),
+        rand(1, 500, 2, d, dtype=dt, scale=20.0),
+        rand(1, 700, 2, d, dtype=dt, scale=20.0),
+        rand(1, 700, 2, d, dtype=dt),
+        causal=causal,
     )
 
 

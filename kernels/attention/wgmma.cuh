@@ -38,6 +38,10 @@
 // its 16 finished rows into staging boxes of its own and one lane hands them to TMA stores, so
 // the warp is back at its next tile's GEMMs while the stores drain (each global store of the
 // register epilogue writes 16 bytes of each of 8 rows).
+//   Variants with `map_split` compile the consumer loop twice, with and without the mapping of
+// scores that a softcap or a non-positive scale needs, and pick one copy per launch (consume):
+// in a single copy the mapping (a fast_tanh per score, about half the loop's code) sits
+// inside every softmax behind a branch that plain calls jump over.
 //
 // Key tiles are walked from the last to the first, so a causal tile meets its masked key tiles
 // first and the rest run without mask arithmetic. Masks, fully masked rows (0 and an LSE of -inf)
@@ -307,9 +311,16 @@ struct Fwd {
     return y;
   }
 
+  // Whether softmax maps the scores before the max (a softcap, or a scale the max does not
+  // commute with).
+  static __device__ __forceinline__ bool mapped_scores(const ak_attention_params& p) {
+    return (p.flags & kSoftcap) || !(p.scale_log2 > 0.f);
+  }
+
   // Scores of key tile `tile` to probabilities: log2-domain logits, the mask where the tile
   // crosses a bound of this warpgroup's rows, the running max and sum. alpha: how much the
-  // accumulated O rows shrink.
+  // accumulated O rows shrink. kMap: 1 the scores are mapped, 0 they are not, -1 test p.
+  template <int kMap>
   static __device__ __forceinline__ void softmax(const ak_attention_params& p, const Work& w,
                                                  int tile, int wg_lo, int row0, float (&s)[kS],
                                                  float (&mx)[2], float (&sum)[2],
@@ -317,7 +328,7 @@ struct Fwd {
     const int t4 = threadIdx.x % 4;
     // With a positive scale the scores stay raw (the max commutes with it) and each
     // probability is exp2(fma(s, scale, -max)); a softcap or another scale maps them first.
-    const bool mapped = (p.flags & kSoftcap) || !(p.scale_log2 > 0.f);
+    const bool mapped = kMap < 0 ? mapped_scores(p) : kMap == 1;
     if (mapped) {  // one branch for both (a separate plain-scale one becomes unconditional)
       const bool cap = p.flags & kSoftcap;
 #pragma unroll
@@ -388,6 +399,7 @@ struct Fwd {
   // One query tile of this consumer's 64 rows. `it` / `tq`: the ring position and Q loads so
   // far (the producer's order); each round takes this consumer's turn at the tensor cores and
   // hands it to the next consumer.
+  template <int kMap>
   static __device__ __forceinline__ void tile(const ak_attention_params& p, const Work& w,
                                               uint32_t smem, uint32_t& it, uint32_t& tq) {
     const Bars bar(smem);
@@ -447,7 +459,7 @@ struct Fwd {
       fence_acc(s);
       release(bar.k_empty + 8 * (it % kStages));
       if (n == 1) release(bar.q_empty + 8 * qi);
-      softmax(p, w, w.t_hi - 1, wg_lo, row0, s, mx, sum, alpha);
+      softmax<kMap>(p, w, w.t_hi - 1, wg_lo, row0, s, mx, sum, alpha);
       to_p();
       for (int i = 1; i < n; ++i) {
         const uint32_t stage = (it + i) % kStages, prev = (it + i - 1) % kStages;
@@ -467,7 +479,7 @@ struct Fwd {
         fence_acc(s);
         release(bar.k_empty + 8 * stage);
         if (i == n - 1) release(bar.q_empty + 8 * qi);  // the producer may refill this Q buffer
-        softmax(p, w, w.t_hi - 1 - i, wg_lo, row0, s, mx, sum, alpha);
+        softmax<kMap>(p, w, w.t_hi - 1 - i, wg_lo, row0, s, mx, sum, alpha);
         // Once a row's max settles, alpha is exactly 1 and the rescale is skipped (warp-
         // uniformly). The branch also keeps the wait for P(i - 1) V(i - 1) behind the softmax:
         // without one, ptxas hoists the wait above it and the two no longer overlap.
@@ -683,6 +695,7 @@ struct Fwd {
     retire(p, smem, st);
   }
 
+  template <int kMap>
   static __device__ __forceinline__ void tile_deferred(const ak_attention_params& p, const Work& w,
                                                        uint32_t smem, State& st) {
     const Bars bar(smem);
@@ -731,7 +744,7 @@ struct Fwd {
       fence_acc(s);
       release(bar.k_empty + 8 * (it % kStages));
       if (n == 1) release(bar.q_empty + 8 * qi);
-      softmax(p, w, w.t_hi - 1, wg_lo, row0, s, st.mx, st.sum, alpha);
+      softmax<kMap>(p, w, w.t_hi - 1, wg_lo, row0, s, st.mx, st.sum, alpha);
     };
     bar_wait(bar.q_full + 8 * qi, (st.tq / kQBufs) & 1);
     bar_wait(bar.k_full + 8 * (it % kStages), (it / kStages) & 1);
@@ -782,7 +795,7 @@ struct Fwd {
       fence_acc(s);
       release(bar.k_empty + 8 * stage);
       if (i == n - 1) release(bar.q_empty + 8 * qi);
-      softmax(p, w, w.t_hi - 1 - i, wg_lo, row0, s, st.mx, st.sum, alpha);
+      softmax<kMap>(p, w, w.t_hi - 1 - i, wg_lo, row0, s, st.mx, st.sum, alpha);
       if (__any_sync(~0u, alpha[0] != 1.f || alpha[1] != 1.f)) {
         wgmma_wait<0>();
         fence_acc(st.o);
@@ -838,6 +851,23 @@ struct Fwd {
     }
   }
 
+  // A consumer's whole walk over its tiles, with softmax<kMap>.
+  template <int kMap>
+  static __device__ __forceinline__ void consume(const ak_attention_params& p, uint32_t smem) {
+    if constexpr (kDefer) {
+      State st;
+#pragma unroll
+      for (int i = 0; i < kO; ++i) st.o[i] = 0.f;
+      st.it = st.tq = 0;
+      st.pend = false;
+      for_each_tile(p, [&](const Work& w) { tile_deferred<kMap>(p, w, smem, st); });
+      flush(p, smem, st);
+    } else {
+      uint32_t it = 0, tq = 0;
+      for_each_tile(p, [&](const Work& w) { tile<kMap>(p, w, smem, it, tq); });
+    }
+  }
+
   static __device__ __forceinline__ void run(const ak_attention_params& p) {
     extern __shared__ uint8_t smem_raw[];
     const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;  // 128B swizzle atoms
@@ -871,17 +901,14 @@ struct Fwd {
     // takes the last's final hand-over at the end, so every named barrier ends balanced.
     const int wg = threadIdx.x / 128 - 1;
     if (wg == kConsumers - 1) named_arrive(kTurnBar, 256);
-    if constexpr (kDefer) {
-      State st;
-#pragma unroll
-      for (int i = 0; i < kO; ++i) st.o[i] = 0.f;
-      st.it = st.tq = 0;
-      st.pend = false;
-      for_each_tile(p, [&](const Work& w) { tile_deferred(p, w, smem, st); });
-      flush(p, smem, st);
+    if constexpr (V::map_split) {
+      if (mapped_scores(p)) {
+        consume<1>(p, smem);
+      } else {
+        consume<0>(p, smem);
+      }
     } else {
-      uint32_t it = 0, tq = 0;
-      for_each_tile(p, [&](const Work& w) { tile(p, w, smem, it, tq); });
+      consume<-1>(p, smem);
     }
     if (wg == 0) named_sync(kTurnBar, 256);
     if constexpr (kOTma) {
