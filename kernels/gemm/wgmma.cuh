@@ -58,9 +58,12 @@
 // block) that are waited for and added to the f32 accumulators ("promoted"), with block scales
 // times scale_a(row, kb) * scale_b(col block, kb): the two-level accumulation of DeepSeek-V3. Tiles
 // of at most 128 columns have the registers for two stages' partials and promote one while the
-// other's wgmmas run; wider tiles promote part by part. Every stage rather than every few: on an
-// H100, promoting every 256 K made 128x256 tiles 4 % faster and the error of a long K 30 times
-// larger (every 128 K gives the errors of cuBLAS without fast accumulation).
+// other's wgmmas run; wider tiles promote part by part. Block scales reach each consumer warp
+// through a small ring in shared memory that the warp fills itself with cp.async two K blocks
+// ahead (read from global memory at the promotion, their L2 latency stalled it: see Ring).
+// Every stage rather than every few: on an H100, promoting every 256 K made 128x256 tiles 4 %
+// faster and the error of a long K 30 times larger (every 128 K gives the errors of cuBLAS
+// without fast accumulation).
 #pragma once
 
 #include <cuda_fp8.h>
@@ -69,6 +72,7 @@
 #include <type_traits>
 
 #include "ak/hopper.cuh"
+#include "ak/mma.cuh"
 #include "epilogue.cuh"
 
 namespace ak::gemm::wg {
@@ -279,13 +283,22 @@ struct Kernel {
   static constexpr int kPlaneBytes = 128 * 16;
   static constexpr int kRxPart = kBN / 8 * kPlaneBytes;  // one consumer of one CTA
   static constexpr int kRxBytes = (kKSplit - 1) * kConsumers * kRxPart;
+  // fp8 block scales (unswapped tiles): per consumer warp, a ring of kScaleSlots K blocks'
+  // scales, kScaleFloats each: scale_a of the warp's 16 fragment rows, then scale_b of each
+  // kPart-column part (see fetch_scales).
+  static constexpr int kScaleSlots = 3;
+  static constexpr int kScaleFloats = 16 + 2;
+  static constexpr int kScaleBytes =
+      kFp8 && !kSwap ? kConsumers * 4 * kScaleSlots * kScaleFloats * 4 : 0;
   // Stages, epilogue staging, the receive area, then full[] and empty[] barriers (and with
-  // kKSplit, rx_full[] / rx_free[] per consumer); +1024 to align the base for the 128B swizzle.
+  // kKSplit, rx_full[] / rx_free[] per consumer), then the scale rings; +1024 to align the base
+  // for the 128B swizzle.
   static constexpr int kEpiOffset = kStages * kStageBytes;
   static constexpr int kRxOffset = kEpiOffset + kConsumers * kEpiBytes;
   static constexpr int kBarOffset = kRxOffset + kRxBytes;
   static constexpr int kBarCount = 2 * kStages + (kKSplit > 1 ? 2 * kConsumers : 0);
-  static constexpr int kSmemUsed = kBarOffset + kBarCount * 8 + 1024;
+  static constexpr int kScaleOffset = kBarOffset + kBarCount * 8;
+  static constexpr int kSmemUsed = kScaleOffset + kScaleBytes + 1024;
   // Tile rows per group of the persistent walk (L2 reuse of B across the group's CTAs).
   static constexpr int kGroupM = 8;
   // setmaxnreg split of the 64K-register file: the producer keeps the minimum it needs, the
@@ -838,21 +851,73 @@ struct Kernel {
     }
   }
 
-  // The row whose block scales this thread applies to fragment row r0 + dr (dr 0 or 8); rows
-  // past M read row M - 1's (their results are never stored).
-  static __device__ __forceinline__ int64_t scale_row(const ak_gemm_params& p, const Tile& t,
-                                                      int consumer, int dr) {
+  // fp8 block scales, two K blocks ahead of their promotion (an L2 round trip outlasts a
+  // stage's wgmmas: loaded when needed, the promotion stalled on them). Each consumer warp copies
+  // each K block's scales into the next slot of its ring (in turn across units) with cp.async:
+  // lane l < 16 scale_a of its fragment row l, lane 16 + h scale_b of part h (rows past M read
+  // row M - 1's, parts past N column N - 1's block: their results are never stored), one commit
+  // group per K block (empty past the unit's last). Before reading block kt, a lane waits for
+  // its own copies up to kt and the warp syncs; block kt + 2's copy then reuses the slot of
+  // kt - 1, which every lane has read before that sync (a warp shares no scale with another
+  // warp: no warpgroup barrier).
+  struct Ring {
+    uint32_t base;     // the warp's ring
+    int slot;          // the slot of the next K block to read
+    const float* src;  // this lane's scale of K block 0 (null: it copies none)
+    int64_t step;      // its stride between K blocks
+  };
+
+  static __device__ __forceinline__ Ring ring_at(const ak_gemm_params& p, uint32_t smem,
+                                                 int consumer, const Tile& t, int slot) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
-    return min(static_cast<int64_t>(t.m0 + consumer * 64 + warp * 16 + lane / 4 + dr), p.m - 1);
+    Ring r{smem + kScaleOffset + (consumer * 4 + warp) * kScaleSlots * kScaleFloats * 4, slot,
+           nullptr, 0};
+    if (lane < 16) {
+      const int64_t row =
+          min(static_cast<int64_t>(t.m0 + consumer * 64 + warp * 16 + lane), p.m - 1);
+      r.src = static_cast<const float*>(p.scale_a) + row * p.sa_s0;
+      r.step = p.sa_s1;
+    } else if (lane < 16 + kBN / kPart) {
+      const int64_t n = min(static_cast<int64_t>(t.n0 + kPart * (lane - 16)), p.n - 1);
+      r.src = static_cast<const float*>(p.scale_b) + n / kScaleBlockN * p.sb_s0;
+      r.step = p.sb_s1;
+    }
+    return r;
   }
 
-  // b's factors for K block kt: scale_a of both rows times scale_b of the block holding column n.
-  static __device__ __forceinline__ void block_factors(const ak_gemm_params& p, Pending& b,
-                                                       int64_t row0, int64_t row1, int64_t n,
-                                                       int32_t kt) {
-    const float sb = block_scale_b(p, n, kt);
-    b.s0 = block_scale_a(p, row0, kt) * sb;
-    b.s1 = block_scale_a(p, row1, kt) * sb;
+  // K block kt's scales into slot `slot` (a commit group in every lane; nothing past the unit).
+  static __device__ __forceinline__ void fetch_scales(const Ring& r, const Work& w, int32_t kt,
+                                                      int slot) {
+    if (r.src != nullptr && kt < w.kt1) {
+      const uint32_t dst = r.base + (slot * kScaleFloats + threadIdx.x % 32) * 4;
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(r.src + kt * r.step)
+                   : "memory");
+    }
+    cp_async_commit();
+  }
+
+  // The next K block's factors of this thread's fragment rows r0 / r0 + 8 (f[2 h], f[2 h + 1]
+  // for part h), and block kt + 2's copy into the slot before it.
+  template <int kN>
+  static __device__ __forceinline__ void read_scales(Ring& r, const Work& w, int32_t kt,
+                                                     float (&f)[kN]) {
+    static_assert(kN == 2 * (kBN / kPart), "two factors per part");
+    cp_async_wait<1>();
+    __syncwarp();
+    const uint32_t at = r.base + (r.slot * kScaleFloats + threadIdx.x % 32 / 4) * 4;
+    const uint32_t at_b = r.base + (r.slot * kScaleFloats + 16) * 4;
+    float a0, a1;
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(a0) : "r"(at) : "memory");
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(a1) : "r"(at + 8 * 4) : "memory");
+#pragma unroll
+    for (int h = 0; h < kBN / kPart; ++h) {
+      float b;
+      asm volatile("ld.shared.f32 %0, [%1];" : "=f"(b) : "r"(at_b + h * 4) : "memory");
+      f[2 * h] = a0 * b;
+      f[2 * h + 1] = a1 * b;
+    }
+    fetch_scales(r, w, kt + 2, r.slot == 0 ? kScaleSlots - 1 : r.slot - 1);
+    r.slot = r.slot == kScaleSlots - 1 ? 0 : r.slot + 1;
   }
 
   // Part h of acc += b.part (times its factors with kBlock), once b's batch has retired.
@@ -905,16 +970,34 @@ struct Kernel {
     release(empty, last);
   }
 
+  // b's factors: K block kt's block scales (kBlock; kPromote adds unscaled).
+  template <int kAccum>
+  static __device__ __forceinline__ void scale_part(Ring& r, const Work& w, int32_t kt,
+                                                    Pending& b) {
+    if constexpr (kAccum == kBlock) {
+      float f[2];
+      read_scales(r, w, kt, f);
+      b.s0 = f[0];
+      b.s1 = f[1];
+    }
+  }
+
   // The promoted main loop. Tiles one part wide (kBN == kPart) run two stages per trip: stage
   // kt's and kt + 1's partial sums go into two register sets, and stage kt's are promoted while
   // stage kt + 1's wgmmas run. Each trip drains its batches (the wgmma pipeline does not cross
-  // the loop's back edge, which ptxas would otherwise serialize).
+  // the loop's back edge, which ptxas would otherwise serialize). Block scales are read from the
+  // ring while the batches run.
   template <int kAccum>
   static __device__ __forceinline__ void main_promoted(const ak_gemm_params& p, uint32_t smem,
                                                        uint32_t full, uint32_t empty, int consumer,
                                                        const Work& w, int& stage, uint32_t& phase,
-                                                       float (&acc)[kBN / 2]) {
-    const int64_t row0 = scale_row(p, w.t, consumer, 0), row1 = scale_row(p, w.t, consumer, 8);
+                                                       int& slot, float (&acc)[kBN / 2]) {
+    Ring r;
+    if constexpr (kAccum == kBlock) {
+      r = ring_at(p, smem, consumer, w.t, slot);
+      fetch_scales(r, w, w.kt0, slot);
+      fetch_scales(r, w, w.kt0 + 1, slot == kScaleSlots - 1 ? 0 : slot + 1);
+    }
     if constexpr (kBN == kPart) {
       Pending b0, b1;
       int32_t kt = w.kt0;
@@ -931,10 +1014,8 @@ struct Kernel {
         wgmma_commit();
         issue_part(b1, smem + stage1 * kStageBytes, consumer, 0, false);
         wgmma_commit();
-        if constexpr (kAccum == kBlock) {
-          block_factors(p, b0, row0, row1, w.t.n0, kt);
-          block_factors(p, b1, row0, row1, w.t.n0, kt + 1);
-        }
+        scale_part<kAccum>(r, w, kt, b0);
+        scale_part<kAccum>(r, w, kt + 1, b1);
         wgmma_wait<1>();
         promote<kAccum>(acc, b0, 0);
         release(empty, stage);
@@ -951,7 +1032,7 @@ struct Kernel {
         wgmma_fence();
         issue_part(b0, smem + stage * kStageBytes, consumer, 0, false);
         wgmma_commit();
-        if constexpr (kAccum == kBlock) block_factors(p, b0, row0, row1, w.t.n0, kt);
+        scale_part<kAccum>(r, w, kt, b0);
         wgmma_wait<0>();
         promote<kAccum>(acc, b0, 0);
         release(empty, stage);
@@ -961,28 +1042,31 @@ struct Kernel {
       // Wider tiles lack the registers for two stages' partial sums: per stage, part by part,
       // one batch into one register set, waited for and promoted.
       for (int32_t kt = w.kt0; kt < w.kt1; ++kt) {
-        const float sa0 = kAccum == kBlock ? block_scale_a(p, row0, kt) : 1.0f;
-        const float sa1 = kAccum == kBlock ? block_scale_a(p, row1, kt) : 1.0f;
         const int held = stage;
         bar_wait(full + 8 * stage, phase);
         advance(stage, phase);
+        float f[2 * (kBN / kPart)];
 #pragma unroll
         for (int h = 0; h < kBN / kPart; ++h) {
-          const int64_t n = min(static_cast<int64_t>(w.t.n0 + kPart * h), p.n - 1);
-          const float sb = kAccum == kBlock ? block_scale_b(p, n, kt) : 1.0f;
           Pending b;
           fence_acc(b.part);
           wgmma_fence();
           issue_part(b, smem + held * kStageBytes, consumer, h, false);
           wgmma_commit();
+          if constexpr (kAccum == kBlock) {
+            if (h == 0) read_scales(r, w, kt, f);
+          }
           wgmma_wait<0>();
-          b.s0 = sa0 * sb;
-          b.s1 = sa1 * sb;
+          if constexpr (kAccum == kBlock) {
+            b.s0 = f[2 * h];
+            b.s1 = f[2 * h + 1];
+          }
           promote<kAccum>(acc, b, h);
         }
         release(empty, held);
       }
     }
+    if constexpr (kAccum == kBlock) slot = r.slot;
   }
 
   // Split-K inside a cluster. The receive area of consumer `consumer` and CTA `rank` (1 ..
@@ -1079,7 +1163,7 @@ struct Kernel {
     static_assert(kAccum == kDirect || (kBK == kScaleBlockK && kScaleBlockN % kPart == 0));
     const int consumer = threadIdx.x / 128 - 1;
     const bool leader = blockIdx.x % kKSplit == 0;
-    int stage = 0;
+    int stage = 0, slot = 0;
     uint32_t phase = 0, rx_phase = 0;
     for (int64_t unit = first_unit(); unit < num_units; unit += unit_step()) {
       const Work w = work_at(p, unit, num_tiles, tiles_m, tiles_n, k_tiles);
@@ -1091,7 +1175,7 @@ struct Kernel {
       if constexpr (kAccum == kDirect) {
         main_direct(smem, full, empty, consumer, w, stage, phase, acc);
       } else {
-        main_promoted<kAccum>(p, smem, full, empty, consumer, w, stage, phase, acc);
+        main_promoted<kAccum>(p, smem, full, empty, consumer, w, stage, phase, slot, acc);
       }
       if constexpr (!kEarlyFactors<kAccum>) f = tile_factors(p, w.t, consumer);
       if constexpr (kKSplit > 1) {

@@ -266,6 +266,25 @@ the same), 0.29 with direct accumulation (cuBLAS fast accumulation: the same); G
 (16x4096x4096: 28 vs 36). The H100's mma.sync path (forced) gave 0 and 1.4e-6 in both modes: it
 runs the same code for both.
 
+fp8 block scales (DeepSeek-V3's 1 x 128 / 128 x 128) take ``wg_128x256`` on large shapes. Its
+promotion reads each K block's scales from a per-warp ring in shared memory that cp.async fills
+two K blocks ahead (kernels/gemm/wgmma.cuh, ``Ring``); read from global memory at the promotion,
+their L2 latency had stalled the consumers once per stage. Forced on an H200 (2026-11-28,
+``tools/gemm_sweep.py --dtypes fp8block``, TFLOP/s, anchor ``torch._scaled_mm`` with the same
+block scales; main's kernels in brackets, from the previous round of the same session):
+
+=========================  =============  =============  =============  =======
+M x N x K                  128x128        128x256        128x256c2      anchor
+=========================  =============  =============  =============  =======
+fp8 block 4096^3           1022 (932)     1206 (1062)    1199 (1056)    1251
+fp8 block 8192^3           1030 (900)     1110 (1011)    1130 (1029)    1274
+=========================  =============  =============  =============  =======
+
+The cluster tile stays within the run-to-run spread of ``wg_128x256`` (ahead on 3 of 8 forced
+rows over the session's builds, behind on 5), so the table keeps the one-CTA tile. In ``bench
+gemm --dtypes fp8`` of the same build the ratio to the anchor went from 0.850 to 0.960 at
+4096^3 and from 0.784 to 0.923 at 8192^3 (docs/bench/h200-2026-11-28-blk10).
+
 "TMA-legal": K >= 1, M, N and K below 2**31 (TMA coordinates are 32-bit), both operands
 16-byte aligned with a row stride that is a multiple of 16 bytes (and at least the row), and
 for 1-byte dtypes both operands K-major (``a`` row-major, ``b`` column-major). Everything else
