@@ -890,8 +890,7 @@ struct Kernel {
                                                       int slot) {
     if (r.src != nullptr && kt < w.kt1) {
       const uint32_t dst = r.base + (slot * kScaleFloats + threadIdx.x % 32) * 4;
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(r.src + kt * r.step)
-                   : "memory");
+      cp_async_4(dst, r.src + kt * r.step);
     }
     cp_async_commit();
   }

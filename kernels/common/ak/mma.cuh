@@ -34,6 +34,12 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int s
                "r"(src_bytes));
 }
 
+// 4-byte async copy (one float); the memory clobber keeps the compiler from moving shared-memory
+// reads of the destination across it.
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int N>
