@@ -674,7 +674,8 @@ def _force_tile(monkeypatch: pytest.MonkeyPatch, real: Any, tile: str) -> None:
 
 
 # (dtype, layout, scale kind, bias, shape): ragged edges in every dim; the shapes of M = 64 are
-# split along K by the table (the last split and stage partial), (130, 300, 1000) spans tile rows.
+# split along K by the table (the last split and stage partial), (130, 300, 1000) spans tile rows;
+# K = 1400 is 11 stages of 128 (the promoted loop's trips of 8, 2 and 1 stages).
 VARIANT_CASES = [
     ("bfloat16", "kk", "none", False, (130, 300, 1000)),
     ("float16", "mn", "none", True, (7, 1000, 129)),
@@ -682,6 +683,8 @@ VARIANT_CASES = [
     ("float8_e4m3fn", "kk", "vector", True, (130, 1000, 1000)),
     ("float8_e4m3fn", "kk", "tensor", False, (64, 1000, 24700)),
     ("float8_e4m3fn", "kk", "block", True, (130, 300, 1000)),
+    ("float8_e4m3fn", "kk", "tensor", True, (130, 300, 1400)),
+    ("float8_e4m3fn", "kk", "block", False, (130, 300, 1400)),
     ("float8_e5m2", "kk", "block", False, (64, 1000, 24700)),
     ("int8", "kk", "none", False, (130, 300, 1000)),
 ]

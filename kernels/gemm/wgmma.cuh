@@ -58,7 +58,8 @@
 // block) that are waited for and added to the f32 accumulators ("promoted"), with block scales
 // times scale_a(row, kb) * scale_b(col block, kb): the two-level accumulation of DeepSeek-V3. Tiles
 // of at most 128 columns have the registers for two stages' partials and promote one while the
-// other's wgmmas run; wider tiles promote part by part. Block scales reach each consumer warp
+// other's wgmmas run, in trips of a few stages that drain the wgmma pipeline only at their end
+// (kPromoteTrip); wider tiles promote part by part. Block scales reach each consumer warp
 // through a small ring in shared memory that the warp fills itself with cp.async two K blocks
 // ahead (read from global memory at the promotion, their L2 latency stalled it: see Ring).
 // Every stage rather than every few: on an H100, promoting every 256 K made 128x256 tiles 4 %
@@ -301,6 +302,12 @@ struct Kernel {
   static constexpr int kSmemUsed = kScaleOffset + kScaleBytes + 1024;
   // Tile rows per group of the persistent walk (L2 reuse of B across the group's CTAs).
   static constexpr int kGroupM = 8;
+  // Stages per trip of the promoted main loop (promoted_trip): the pipeline drains once a trip.
+  // 4 for unswapped tiles of 64 columns (H200, fp8 128x4096x14336 on one consumer of 64 x 64:
+  // trips of 2, 4, 8 and 16 ran at 0.93, 1.00, 0.97 and 0.94 of the anchor; two consumers of
+  // 128 x 64 at 128x8192x8192: 0.96 with 2, 0.97 with 4, trips of 8 lost at K = 1024); 2 for
+  // 128 columns, whose registers hold no longer trips (4 and 8 spilled).
+  static constexpr int kPromoteTrip = kBN == 64 && !kSwap ? 4 : 2;
   // setmaxnreg split of the 64K-register file: the producer keeps the minimum it needs, the
   // consumers (m64 x 256 f32 accumulators = 128 registers, plus fp8 block-scale partials) take
   // 232; 2 consumers + 1 producer warpgroup: 2 * 128 * 232 + 128 * 40 = 64512.
@@ -981,11 +988,50 @@ struct Kernel {
     }
   }
 
-  // The promoted main loop. Tiles one part wide (kBN == kPart) run two stages per trip: stage
-  // kt's and kt + 1's partial sums go into two register sets, and stage kt's are promoted while
-  // stage kt + 1's wgmmas run. Each trip drains its batches (the wgmma pipeline does not cross
-  // the loop's back edge, which ptxas would otherwise serialize). Block scales are read from the
-  // ring while the batches run.
+  // Stage kt (ring slot `stage`) into b's fresh registers: a committed batch, its block scales
+  // read from the ring meanwhile.
+  template <int kAccum>
+  static __device__ __forceinline__ void start_part(Ring& r, const Work& w, int32_t kt,
+                                                    uint32_t smem, uint32_t full, int consumer,
+                                                    int stage, uint32_t phase, Pending& b) {
+    bar_wait(full + 8 * stage, phase);
+    fence_acc(b.part);
+    wgmma_fence();
+    issue_part(b, smem + stage * kStageBytes, consumer, 0, false);
+    wgmma_commit();
+    scale_part<kAccum>(r, w, kt, b);
+  }
+
+  // kN stages from kt (ring slot `stage`) into two alternating register sets: stage j + 1's
+  // batch is issued before stage j's sums are promoted, so the tensor cores run one batch while
+  // the other is added; the pipeline drains once, at the end (ptxas serializes the wgmmas of a
+  // loop whose back edge a batch crosses, so a trip is straight-line code).
+  template <int kAccum, int kN>
+  static __device__ __forceinline__ void promoted_trip(Ring& r, const Work& w, int32_t kt,
+                                                       uint32_t smem, uint32_t full, uint32_t empty,
+                                                       int consumer, int& stage, uint32_t& phase,
+                                                       float (&acc)[kBN / 2]) {
+    Pending b[2];
+    int held[2];
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      start_part<kAccum>(r, w, kt + j, smem, full, consumer, stage, phase, b[j % 2]);
+      held[j % 2] = stage;
+      advance(stage, phase);
+      if (j > 0) {
+        wgmma_wait<1>();
+        promote<kAccum>(acc, b[(j - 1) % 2], 0);
+        release(empty, held[(j - 1) % 2]);
+      }
+    }
+    wgmma_wait<0>();
+    promote<kAccum>(acc, b[(kN - 1) % 2], 0);
+    release(empty, held[(kN - 1) % 2]);
+  }
+
+  // The promoted main loop. Tiles one part wide (kBN == kPart) run kPromoteTrip stages per trip
+  // (promoted_trip), then the rest in trips of 2 and 1. Wider tiles promote part by
+  // part. Block scales are read from the ring while the batches run.
   template <int kAccum>
   static __device__ __forceinline__ void main_promoted(const ak_gemm_params& p, uint32_t smem,
                                                        uint32_t full, uint32_t empty, int consumer,
@@ -998,45 +1044,18 @@ struct Kernel {
       fetch_scales(r, w, w.kt0 + 1, slot == kScaleSlots - 1 ? 0 : slot + 1);
     }
     if constexpr (kBN == kPart) {
-      Pending b0, b1;
       int32_t kt = w.kt0;
-      for (; kt + 1 < w.kt1; kt += 2) {
-        int stage1 = stage;
-        uint32_t phase1 = phase;
-        advance(stage1, phase1);
-        bar_wait(full + 8 * stage, phase);
-        bar_wait(full + 8 * stage1, phase1);
-        fence_acc(b0.part);
-        fence_acc(b1.part);
-        wgmma_fence();
-        issue_part(b0, smem + stage * kStageBytes, consumer, 0, false);
-        wgmma_commit();
-        issue_part(b1, smem + stage1 * kStageBytes, consumer, 0, false);
-        wgmma_commit();
-        scale_part<kAccum>(r, w, kt, b0);
-        scale_part<kAccum>(r, w, kt + 1, b1);
-        wgmma_wait<1>();
-        promote<kAccum>(acc, b0, 0);
-        release(empty, stage);
-        wgmma_wait<0>();
-        promote<kAccum>(acc, b1, 0);
-        release(empty, stage1);
-        stage = stage1;
-        phase = phase1;
-        advance(stage, phase);
+      for (; kt + kPromoteTrip <= w.kt1; kt += kPromoteTrip) {
+        promoted_trip<kAccum, kPromoteTrip>(r, w, kt, smem, full, empty, consumer, stage, phase,
+                                            acc);
       }
-      if (kt < w.kt1) {  // an odd stage count: the last one alone
-        bar_wait(full + 8 * stage, phase);
-        fence_acc(b0.part);
-        wgmma_fence();
-        issue_part(b0, smem + stage * kStageBytes, consumer, 0, false);
-        wgmma_commit();
-        scale_part<kAccum>(r, w, kt, b0);
-        wgmma_wait<0>();
-        promote<kAccum>(acc, b0, 0);
-        release(empty, stage);
-        advance(stage, phase);
+      if constexpr (kPromoteTrip > 2) {
+        for (; kt + 2 <= w.kt1; kt += 2) {
+          promoted_trip<kAccum, 2>(r, w, kt, smem, full, empty, consumer, stage, phase, acc);
+        }
       }
+      if (kt < w.kt1)
+        promoted_trip<kAccum, 1>(r, w, kt, smem, full, empty, consumer, stage, phase, acc);
     } else {
       // Wider tiles lack the registers for two stages' partial sums: per stage, part by part,
       // one batch into one register set, waited for and promoted.

@@ -266,6 +266,16 @@ the same), 0.29 with direct accumulation (cuBLAS fast accumulation: the same); G
 (16x4096x4096: 28 vs 36). The H100's mma.sync path (forced) gave 0 and 1.4e-6 in both modes: it
 runs the same code for both.
 
+The promoted loop of tiles up to 128 columns keeps one stage's wgmmas running while it adds the
+previous stage's sums, and drains the wgmma pipeline once per trip of a few stages (4 on the
+64-column tiles, 2 on 128: their registers hold no more). Draining every two stages had cost the
+one consumer of ``wg_64x64`` (the table's tile at M = 128, N = 4096) 6-7 % (H200,
+2026-11-28, one process, alternating; ratio to the anchor, trips of 2 / 4, the same bits): fp8
+128x4096x4096 0.915 / 0.983, 128x4096x14336 0.925 / 0.983; ``wg_128x64`` (two consumers, which
+fill each other's drains) 128x8192x8192 0.958 / 0.970, 1024^3 0.969 / 0.975. Trips of 8 and 16
+were slower than 4 (128x4096x14336: 0.97, 0.94), 2-CTA clusters of 64 x 64 tiles multicasting B
+too (0.962 with trips of 4).
+
 fp8 block scales (DeepSeek-V3's 1 x 128 / 128 x 128) take ``wg_128x256`` on large shapes. Its
 promotion reads each K block's scales from a per-warp ring in shared memory that cp.async fills
 two K blocks ahead (kernels/gemm/wgmma.cuh, ``Ring``); read from global memory at the promotion,
