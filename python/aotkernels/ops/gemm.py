@@ -633,8 +633,9 @@ def _scales(a: Args, dtype: str, m: int, n: int, k: int) -> _Scales:
 
 
 def _multicast(v: dict[str, Any]) -> int:
-    """The CTAs of a variant's cluster that share one B tile by multicast, each on its own tile
-    row (1 without a cluster, and for a K-split cluster, whose CTAs all run one tile)."""
+    """The CTAs of a variant's cluster that share one b tile by multicast, each on its own tile
+    row (1 without a cluster, and for a K-split cluster, whose CTAs all run one tile). Swapped
+    variants share b too (the weights: wgmma's A operand there)."""
     return int(v.get("cluster", 1)) // int(v.get("ksplit", 1))
 
 
@@ -652,14 +653,18 @@ def _tensor_maps(
     v = fam.variants[pick.variant]
     item = ITEMSIZE[a.dtype]
     bk = int(v["k_bytes"]) // item
-    # A multicast cluster's CTAs each load one slice of their shared K-major B tile (a narrower
-    # box); a K-split cluster's CTAs load whole tiles.
-    b_rows = int(v["bn"]) // _multicast(v)
+    # A multicast cluster's CTAs each load one slice of their shared b tile (a narrower box): of
+    # its rows where b is K-major; where it is N-major, of its 64-column boxes (unswapped) or,
+    # swapped (64 columns a consumer, one box), of the box's K rows. A K-split cluster's CTAs
+    # load whole tiles.
+    mc = _multicast(v)
+    b_rows = int(v["bn"]) // mc
+    b_k = bk // mc if v.get("swap_ab") else bk
     box_inner = 128 // item
     maps = []
-    for name, info, ld, outer_extent, tile, k_major, fold in (
-        ("a", a, la.ld, m, int(v["bm"]), la.major == "k", folds[0]),
-        ("b", b, lb.ld, n, b_rows, lb.major == "k", folds[1]),
+    for name, info, ld, outer_extent, tile, k_rows, k_major, fold in (
+        ("a", a, la.ld, m, int(v["bm"]), bk, la.major == "k", folds[0]),
+        ("b", b, lb.ld, n, b_rows, b_k, lb.major == "k", folds[1]),
     ):
         inner, outer = (k, outer_extent) if k_major else (outer_extent, k)
         outer += fold
@@ -672,7 +677,7 @@ def _tensor_maps(
                 outer,
                 ld * item,
                 box_inner,
-                tile if k_major else bk,
+                tile if k_major else k_rows,
             )
         )
     return tuple(maps)
