@@ -3,17 +3,14 @@ arch_matrix.toml): the kernel computes d^T = b^T a^T, so N runs along wgmma's M 
 of a along its N, and the epilogue writes d transposed.
 
 The K-split forms (``ksplit`` set): a cluster of CTAs runs each tile, each CTA a share of K, and
-the leader adds the others' accumulators from distributed shared memory in rank order. The
-multicast forms (``cluster`` without ``ksplit``): the cluster's CTAs run neighbouring tiles along
-M and each loads one slice of their shared weight tile into both.
+the leader adds the others' accumulators from distributed shared memory in rank order.
 
 CPU: where the tile table takes them (M up to its bm, one matrix, a K-major, no block scales; K
 split where the unsplit grid fills at most half the SMs) and how the launch is packed. GPU: each
 variant forced on every dtype (mixed fp8 too), both 16-bit b layouts, each scale mode it takes,
 bias and output dtype, M on both sides of its 32-row tile, N not a multiple of its 64 columns, K
 shorter than the split and not a multiple of it, against exact or fp64 references; the K-split
-and multicast forms bitwise repeatable, with more tiles than clusters (the receive area and the
-ring reused).
+forms bitwise repeatable, with more tiles than clusters (the receive area reused).
 """
 
 from __future__ import annotations
@@ -40,11 +37,9 @@ from helpers.gemm import (
 )
 from helpers.reference import assert_gemm_near, rounded_once, scaled_mm_ref
 
-# Every swapped variant of arch_matrix.toml, those whose cluster splits K, and those whose
-# cluster splits M and multicasts the weight tile.
+# Every swapped variant of arch_matrix.toml, and those whose cluster splits K.
 KSPLIT = ("wg_16x64tk2", "wg_32x64tk2")
-MCAST = ("wg_8x64tc2", "wg_16x64tc2")
-SWAPPED = ("wg_16x64t", "wg_16x128t", "wg_32x64t", "wg_32x128t", *KSPLIT, *MCAST)
+SWAPPED = ("wg_16x64t", "wg_16x128t", "wg_32x64t", "wg_32x128t", *KSPLIT)
 
 # --- CPU: the table and the launch ----------------------------------------------------------------
 
@@ -157,33 +152,6 @@ def test_swapped_launch_8bit(fake_gpu: FakeGpu, dtype: str, n: int, symbol: str,
     out = "int32" if dtype == "int8" else "bfloat16"
     ak.scaled_mm(*ab(32, n, 4096, dtype, "kk"), out_dtype=out)
     assert fake_gpu.last.symbol == symbol and fake_gpu.last.grid == (grid, 1, 1)
-
-
-@pytest.mark.parametrize(
-    ("variant", "layout", "m", "grid"),
-    [
-        ("wg_8x64tc2", "kk", 16, 128),  # 64 weight tiles, each by a cluster of two n8 CTAs
-        ("wg_8x64tc2", "kn", 16, 128),
-        ("wg_8x64tc2", "kk", 5, 128),  # M in the first CTA: the second's tile is never stored
-        ("wg_8x64tc2", "kk", 17, 132),  # two cluster tiles along M: 256 tiles, a full grid
-        ("wg_16x64tc2", "kk", 32, 128),
-    ],
-)
-def test_multicast_launch(
-    fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch, variant: str, layout: str, m: int,
-    grid: int,
-) -> None:  # fmt: skip
-    """A multicast cluster, forced at N = 4096: whole clusters, each CTA's box of a (its bm rows)
-    and its half of the shared b tile's box (32 rows of N where b is K-major, 32 rows of K of
-    the one 64-column box where it is N-major)."""
-    monkeypatch.setattr(gemm, "_wgmma_tile", lambda *args: variant)
-    ak.matmul(*ab(m, 4096, 4096, "bfloat16", layout))
-    launch = fake_gpu.last
-    assert launch.symbol == f"ak_matmul_bf16_{variant}_{layout}"
-    assert launch.grid == (grid, 1, 1)
-    bm = fake_gpu.family.variants[variant]["bm"]
-    assert launch.tmaps[0][13:15] == (64, bm)  # a: 64 elements of K x bm rows of M
-    assert launch.tmaps[1][13:15] == (64, 32)
 
 
 # --- GPU ------------------------------------------------------------------------------------------
@@ -312,20 +280,19 @@ def test_swapped_fp8_random(swapped: Forced, m: int, n: int, k: int, fast: bool)
     assert swapped.last == swapped.variant
 
 
-# Clusters: K of 224 / 16 stages (2 / 1 CTA shares uneven for fp8), M past the 16-row tile (two
-# tile columns), and N of 313 tiles: every cluster runs several (the K split's receive area
-# handed back and refilled, the multicast ring's stages released by both CTAs and refilled).
+# K-split clusters: K of 224 / 16 stages (2 / 1 CTA shares uneven for fp8), M past the 16-row
+# tile (two tile columns), and N of 313 tiles: every cluster runs several (the leader's receive
+# area handed back and refilled).
 KSPLIT_SHAPES = [(16, 4096, 14336), (7, 1000, 1000), (33, 130, 1500), (16, 20000, 320)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("swapped", KSPLIT + MCAST, indirect=True)
+@pytest.mark.parametrize("swapped", KSPLIT, indirect=True)
 @pytest.mark.parametrize(("m", "n", "k"), KSPLIT_SHAPES)
 @pytest.mark.parametrize("layout", ["kk", "kn"])
-def test_cluster_exact_and_repeatable(swapped: Forced, m: int, n: int, k: int, layout: str) -> None:
-    """The K-split and multicast clusters: small integers with a bias exact in f32 and bf16,
-    random operands bitwise the same on every run and within the f32 accumulation bound of
-    fp64."""
+def test_ksplit_exact_and_repeatable(swapped: Forced, m: int, n: int, k: int, layout: str) -> None:
+    """The K-split clusters: small integers with a bias exact in f32 and bf16, random operands
+    bitwise the same on every run and within the f32 accumulation bound of fp64."""
     import torch
 
     need_sm90a()
@@ -349,14 +316,13 @@ def test_cluster_exact_and_repeatable(swapped: Forced, m: int, n: int, k: int, l
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("swapped", KSPLIT + MCAST, indirect=True)
+@pytest.mark.parametrize("swapped", KSPLIT, indirect=True)
 @pytest.mark.parametrize("mode", ["tensor", "vector"])
 @pytest.mark.parametrize("fast", [False, True])
 @pytest.mark.parametrize("dtypes", ["e4m3", "e4m3/e5m2"])
-def test_cluster_fp8_repeatable(swapped: Forced, mode: str, fast: bool, dtypes: str) -> None:
-    """fp8 (mixed operands too) through the K-split and multicast clusters, K = 2000 (16 stages:
-    8 + 8 split) with scales and a bias, both accumulation modes: repeatable bits within the fp8
-    bound."""
+def test_ksplit_fp8_repeatable(swapped: Forced, mode: str, fast: bool, dtypes: str) -> None:
+    """fp8 (mixed operands too) through the K-split clusters, K = 2000 (16 stages: 8 + 8) with
+    scales and a bias, both accumulation modes: repeatable bits within the fp8 bound."""
     import torch
 
     need_sm90a()

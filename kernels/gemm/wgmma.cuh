@@ -26,9 +26,7 @@
 // cluster. A stage is refilled only once every consumer warp of every CTA has released it (each
 // warp arrives on the empty barrier of each CTA); the walk is over cluster tiles, so all CTAs of
 // a cluster run the same stages in the same order, and a producer waits for the peers' last
-// releases before it exits (they arrive on its barriers). Swapped variants (below) turn the
-// cluster around: their CTAs take tiles side by side along M, which share the weight tile
-// (wgmma's A there), and each loads one slice of that.
+// releases before it exits (they arrive on its barriers).
 //
 // Split-K (p.splits > 1, chosen by the host for few-tile problems): the walk covers splits x tiles
 // units, each a tile's K range [s * k_split, (s + 1) * k_split); a unit writes its raw f32
@@ -47,9 +45,7 @@
 // operand (the consumers' 64-row slices run along N) and a's tile its B operand (n16 / n32 along
 // M), so a tile spends no tensor-core work on rows past M; the epilogue writes d transposed
 // through the staging area, with scales and bias read when the tile starts. They split K only
-// inside their cluster (the workspace split is not theirs: p.splits is ignored). At M = 16 a
-// multicast cluster of two n8 tiles puts two CTAs on each 64 weight rows, as many SMs as the
-// K split, while every weight byte leaves L2 once.
+// inside their cluster (the workspace split is not theirs: p.splits is ignored).
 //
 // Operand layouts are compiled in (V::a_mmajor, V::b_kmajor). K-major operands use K-major
 // descriptors (one 128-byte swizzle row = the stage's whole K); M/N-major 16-bit operands keep the
@@ -89,11 +85,9 @@ __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
 
-// m64 x n8 / n16 / n32 accumulator lists (4 / 8 / 16 registers), for the swapped small-M tiles.
-#define AK_WG_D4 "{%0, %1, %2, %3}"
+// m64 x n16 / n32 accumulator lists (8 / 16 registers), for the swapped small-M tiles.
 #define AK_WG_D8 "{%0, %1, %2, %3, %4, %5, %6, %7}"
 #define AK_WG_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-#define AK_WG_ACC_N8(C) C(d[0]), C(d[1]), C(d[2]), C(d[3])
 #define AK_WG_ACC_N16(C) AK_WG_ACC8(C, 0)
 #define AK_WG_ACC_N32(C) AK_WG_ACC8(C, 0), AK_WG_ACC8(C, 8)
 #define AK_WG_ACC_N64(C) AK_WG_ACC32(C)
@@ -107,13 +101,10 @@ __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
                ", p" TAIL ";\n}\n"                                                                \
                : ACC(C)                                                                           \
                : "l"(a), "l"(b), "r"(scale_d)__VA_ARGS__)
-// The m64 x kN wgmma of one shape suffix ("k16.f32.bf16.bf16", ...): T8 ... T256 are the
+// The m64 x kN wgmma of one shape suffix ("k16.f32.bf16.bf16", ...): T16 ... T256 are the
 // immediate tails of each width (their operand numbers follow the width's accumulators).
-#define AK_WG_MMA_N(SHAPE, C, T8, T16, T32, T64, T128, T256, ...)                                 \
-  if constexpr (kN == 8) {                                                                        \
-    AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n8" SHAPE, AK_WG_D4, AK_WG_ACC_N8, C, "4", "5",    \
-              "6", T8, __VA_ARGS__);                                                              \
-  } else if constexpr (kN == 16) {                                                                \
+#define AK_WG_MMA_N(SHAPE, C, T16, T32, T64, T128, T256, ...)                                     \
+  if constexpr (kN == 16) {                                                                       \
     AK_WG_MMA("wgmma.mma_async.sync.aligned.m64n16" SHAPE, AK_WG_D8, AK_WG_ACC_N16, C, "8", "9",  \
               "10", T16, __VA_ARGS__);                                                            \
   } else if constexpr (kN == 32) {                                                                \
@@ -202,36 +193,32 @@ struct Exchanged<ak_mixed_t<A, B>> {
 template <class T, int kN, bool kTA, bool kTB>
 __device__ __forceinline__ void mma(AccT<T> (&d)[kN / 2], uint64_t a, uint64_t b,
                                     uint32_t scale_d) {
-  static_assert(kN == 8 || kN == 16 || kN == 32 || kN == 64 || kN == 128 || kN == 256,
+  static_assert(kN == 16 || kN == 32 || kN == 64 || kN == 128 || kN == 256,
                 "wgmma tile widths used by this path");
   static_assert(sizeof(T) == 2 || (!kTA && !kTB), "8-bit wgmma operands are K-major only");
   constexpr int ta = kTA, tb = kTB;
   if constexpr (std::is_same_v<T, __half>) {
-    AK_WG_MMA_N("k16.f32.f16.f16", "+f", ", 1, 1, %7, %8", ", 1, 1, %11, %12", ", 1, 1, %19, %20",
-                ", 1, 1, %35, %36", ", 1, 1, %67, %68", ", 1, 1, %131, %132", , "n"(ta), "n"(tb))
+    AK_WG_MMA_N("k16.f32.f16.f16", "+f", ", 1, 1, %11, %12", ", 1, 1, %19, %20", ", 1, 1, %35, %36",
+                ", 1, 1, %67, %68", ", 1, 1, %131, %132", , "n"(ta), "n"(tb))
   } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    AK_WG_MMA_N("k16.f32.bf16.bf16", "+f", ", 1, 1, %7, %8", ", 1, 1, %11, %12", ", 1, 1, %19, %20",
+    AK_WG_MMA_N("k16.f32.bf16.bf16", "+f", ", 1, 1, %11, %12", ", 1, 1, %19, %20",
                 ", 1, 1, %35, %36", ", 1, 1, %67, %68", ", 1, 1, %131, %132", , "n"(ta), "n"(tb))
   } else if constexpr (sizeof(T) == 1 && !std::is_same_v<T, int8_t>) {
     // fp8: e4m3 / e5m2 for each operand (mixed entries name both, see ak_mixed_t).
     constexpr bool kA4 = std::is_same_v<typename Operands<T>::A, __nv_fp8_e4m3>;
     constexpr bool kB4 = std::is_same_v<typename Operands<T>::B, __nv_fp8_e4m3>;
     if constexpr (kA4 && kB4) {
-      AK_WG_MMA_N("k32.f32.e4m3.e4m3", "+f", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1",
-                  ", 1, 1")
+      AK_WG_MMA_N("k32.f32.e4m3.e4m3", "+f", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1")
     } else if constexpr (kA4) {
-      AK_WG_MMA_N("k32.f32.e4m3.e5m2", "+f", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1",
-                  ", 1, 1")
+      AK_WG_MMA_N("k32.f32.e4m3.e5m2", "+f", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1")
     } else if constexpr (kB4) {
-      AK_WG_MMA_N("k32.f32.e5m2.e4m3", "+f", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1",
-                  ", 1, 1")
+      AK_WG_MMA_N("k32.f32.e5m2.e4m3", "+f", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1")
     } else {
-      AK_WG_MMA_N("k32.f32.e5m2.e5m2", "+f", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1",
-                  ", 1, 1")
+      AK_WG_MMA_N("k32.f32.e5m2.e5m2", "+f", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1", ", 1, 1")
     }
   } else {
     static_assert(std::is_same_v<T, int8_t>, "element type without a wgmma path");
-    AK_WG_MMA_N("k32.s32.s8.s8", "+r", "", "", "", "", "", "")
+    AK_WG_MMA_N("k32.s32.s8.s8", "+r", "", "", "", "", "")
   }
 }
 
@@ -242,10 +229,8 @@ __device__ __forceinline__ void mma(AccT<T> (&d)[kN / 2], uint64_t a, uint64_t b
 #undef AK_WG_ACC_N64
 #undef AK_WG_ACC_N32
 #undef AK_WG_ACC_N16
-#undef AK_WG_ACC_N8
 #undef AK_WG_D16
 #undef AK_WG_D8
-#undef AK_WG_D4
 
 // ---- the kernel ----------------------------------------------------------------------------
 
@@ -268,13 +253,10 @@ struct Kernel {
   static constexpr int kKSteps = V::k_bytes / 32;     // wgmmas per stage (32 bytes of K each)
   static constexpr int kConsumers = V::threads / 128 - 1;
   // kCluster CTAs a cluster: kKSplit of them split one tile's K (rank 0 the leader), or kMcast
-  // tiles share one operand tile by multicast: unswapped, tiles stacked along M (kMcastM) share
-  // their B tile; swapped, tiles side by side along wgmma's N (kMcastN: the cluster splits the
-  // activations' M) share their A tile, the weights, which then leave L2 once per cluster.
+  // tiles stacked along M share their B tile by multicast.
   static constexpr int kCluster = V::cluster;
   static constexpr int kKSplit = KSplit<V>::value;
   static constexpr int kMcast = kKSplit > 1 ? 1 : kCluster;
-  static constexpr int kMcastM = kSwap ? 1 : kMcast, kMcastN = kSwap ? kMcast : 1;
   static constexpr int kBoxBytes = 64 * 128;  // one 64-row (or 64 x 128 B MN) swizzled box
   static constexpr int kABytes = kBM * 128, kBBytes = kBN * 128;
   static constexpr int kStageBytes = kABytes + kBBytes;
@@ -328,8 +310,9 @@ struct Kernel {
   static_assert(!V::layout_from_flags, "wgmma variants compile their operand layout in");
   static_assert(V::k_bytes == 128, "one 128-byte swizzle row of K per stage");
   static_assert(kBM == 64 * kConsumers, "one m64 consumer warpgroup per 64 tile rows");
-  static_assert(kSwap ? kBN == 8 || kBN == 16 || kBN == 32 : kBN == 64 || kBN == 128 || kBN == 256,
-                "n64 / n128 / n256 wgmma tiles; swapped: n8 / n16 / n32");
+  static_assert(kSwap ? (kBN == 16 || kBN == 32) && kMcast == 1
+                      : kBN == 64 || kBN == 128 || kBN == 256,
+                "n64 / n128 / n256 wgmma tiles; swapped: n16 / n32, no multicast cluster");
   static_assert(sizeof(T) == 2 || (!V::a_mmajor && V::b_kmajor), "8-bit operands are K-major");
   static_assert(!kSwap || kBMajorK, "swapped: a (wgmma's B, n16 / n32 rows) is K-major");
   static_assert(kSmemUsed <= V::smem, "pipeline does not fit the variant's shared memory");
@@ -342,8 +325,7 @@ struct Kernel {
   // The K-split code does not depend on the swap, but only swapped tiles have run and been
   // tested with it: an unswapped K-split variant must first get its own tests.
   static_assert(kKSplit == 1 || kSwap, "K-split clusters are measured and tested on swapped tiles");
-  static_assert(kGroupM % kMcastM == 0 && (kBN / 64) % kMcastM == 0, "whole B slices per CTA");
-  static_assert(kBM / kMcastN % 8 == 0 && kBK / kMcastN % 8 == 0, "A slices of whole 8-row atoms");
+  static_assert(kGroupM % kMcast == 0 && (kBN / 64) % kMcast == 0, "whole B slices per CTA");
 
   using Acc = AccT<T>;
   using Pair = std::conditional_t<kInt8, int2, float2>;
@@ -377,30 +359,29 @@ struct Kernel {
   };
   using Factors = std::conditional_t<kSwap, SwapFactors, TileFactors>;
 
-  // Matrix by matrix; inside one, grouped order over cluster tiles (kMcastM x kMcastN tiles):
-  // kGroupM tile rows are walked column by column, so concurrently running CTAs cover a compact
-  // block of the output. Tile index i is CTA i % kMcast's part of cluster tile i / kMcast;
-  // tiles_m and tiles_n are multiples of kMcastM and kMcastN (tiles past the matrix are
-  // computed, never stored). The divisions lie on the producer's path to its first TMA load (a
-  // run-time divisor costs a reciprocal and a dozen dependent steps): one matrix, one cluster tile
-  // column and whole groups, the common cases (the small-M tiles' among them), skip them or
-  // divide by kGroup.
+  // Matrix by matrix; inside one, grouped order over cluster tiles (kMcast tiles stacked along
+  // M): kGroupM tile rows are walked column by column, so concurrently running CTAs cover a
+  // compact block of the output. Tile index i is CTA i % kMcast's part of cluster tile
+  // i / kMcast; tiles_m is a multiple of kMcast (tiles past M are computed, never stored). The
+  // divisions lie on the producer's path to its first TMA load (a run-time divisor costs a
+  // reciprocal and a dozen dependent steps): one matrix, one tile column and whole groups, the
+  // common cases (the small-M tiles' among them), skip them or divide by kGroup.
   static __device__ __forceinline__ Tile tile_at(int64_t tile, int64_t tiles_m, int64_t tiles_n) {
-    constexpr int kGroup = kGroupM / kMcastM;
-    const int64_t rank = tile % kMcast, rows = tiles_m / kMcastM, cols = tiles_n / kMcastN;
+    constexpr int kGroup = kGroupM / kMcast;
+    const int64_t rank = tile % kMcast, rows = tiles_m / kMcast;
     tile /= kMcast;
-    const int64_t per_matrix = rows * cols;
+    const int64_t per_matrix = rows * tiles_n;
     const int64_t z = tile < per_matrix ? 0 : tile / per_matrix;
     tile -= z * per_matrix;
-    const int64_t group_tiles = kGroup * cols;
-    const int64_t group = cols == 1 ? tile / kGroup : tile / group_tiles;
+    const int64_t group_tiles = kGroup * tiles_n;
+    const int64_t group = tiles_n == 1 ? tile / kGroup : tile / group_tiles;
     const int64_t first_m = group * kGroup;
     const int64_t group_m = min(rows - first_m, static_cast<int64_t>(kGroup));
     const int64_t r = tile - group * group_tiles;
     const int64_t col = group_m == kGroup ? r / kGroup : r / group_m;
     const int64_t row = r - col * group_m;
-    return {static_cast<int32_t>(((first_m + row) * kMcastM + rank % kMcastM) * kBM),
-            static_cast<int32_t>((col * kMcastN + rank % kMcastN) * kBN), z};
+    return {static_cast<int32_t>(((first_m + row) * kMcast + rank) * kBM),
+            static_cast<int32_t>(col * kBN), z};
   }
 
   // The workspace splits of a launch (1: none; never for swapped variants).
@@ -429,20 +410,15 @@ struct Kernel {
     return {t, kt0, min(k_tiles, kt0 + per), split};
   }
 
-  // This CTA's slice of a shared tile, multicast to every CTA of the cluster (kShare CTAs share
-  // it; 1: a plain load). B: rows (K-major) or 64-column boxes (N-major) [kSliceN * rank,
-  // kSliceN * (rank + 1)). A (swapped: the weights, 64 rows a consumer): rows [kSliceM * rank,
-  // kSliceM * (rank + 1)) (K-major), or K rows [kSliceK * rank, kSliceK * (rank + 1)) of each
-  // 64-row box (M-major: one box a consumer, so the slices run along K).
-  static constexpr int kSliceN = kBN / kMcastM;
-  static constexpr int kSliceM = kBM / kMcastN, kSliceK = kBK / kMcastN;
-  template <int kShare>
-  static __device__ __forceinline__ void load_shared(uint32_t dst, const CUtensorMap* map,
-                                                     uint32_t bar, int32_t inner, int32_t outer) {
-    if constexpr (kShare == 1) {
+  // This CTA's slice of the B tile: rows (K-major) or 64-column boxes (N-major) [kSliceN * rank,
+  // kSliceN * (rank + 1)), multicast to every CTA of the cluster.
+  static constexpr int kSliceN = kBN / kMcast;
+  static __device__ __forceinline__ void load_b(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                                int32_t inner, int32_t outer) {
+    if constexpr (kMcast == 1) {
       tma_load(dst, map, bar, inner, outer);
     } else {
-      tma_load_multicast(dst, map, bar, inner, outer, (1u << kShare) - 1);
+      tma_load_multicast(dst, map, bar, inner, outer, (1u << kMcast) - 1);
     }
   }
 
@@ -462,7 +438,6 @@ struct Kernel {
     const CUtensorMap* map_a = kSwap ? &p.tmap_b : &p.tmap_a;
     const CUtensorMap* map_b = kSwap ? &p.tmap_a : &p.tmap_b;
     const int rank = static_cast<int>(blockIdx.x % kMcast);  // a 1-D cluster along x
-    const int rank_a = kMcastN > 1 ? rank : 0, rank_b = kMcastM > 1 ? rank : 0;
     int stage = 0;
     uint32_t phase = 0;
     for (int64_t unit = first_unit(); unit < num_units; unit += unit_step()) {
@@ -479,21 +454,17 @@ struct Kernel {
         const int32_t k0 = kt * kBK;
         if constexpr (kAMajorMN) {
 #pragma unroll
-          for (int i = 0; i < kBM / 64; ++i) {
-            load_shared<kMcastN>(a + i * kBoxBytes + rank_a * kSliceK * 128, map_a, bar,
-                                 t.m0 + 64 * i, a_off + k0 + rank_a * kSliceK);
-          }
+          for (int i = 0; i < kBM / 64; ++i)
+            tma_load(a + i * kBoxBytes, map_a, bar, t.m0 + 64 * i, a_off + k0);
         } else {
-          load_shared<kMcastN>(a + rank_a * kSliceM * 128, map_a, bar, k0,
-                               a_off + t.m0 + rank_a * kSliceM);
+          tma_load(a, map_a, bar, k0, a_off + t.m0);
         }
         if constexpr (kBMajorK) {
-          load_shared<kMcastM>(b + rank_b * kSliceN * 128, map_b, bar, k0,
-                               b_off + t.n0 + rank_b * kSliceN);
+          load_b(b + rank * kSliceN * 128, map_b, bar, k0, b_off + t.n0 + rank * kSliceN);
         } else {
 #pragma unroll
-          for (int j = rank_b * kSliceN / 64; j < (rank_b + 1) * kSliceN / 64; ++j)
-            load_shared<kMcastM>(b + j * kBoxBytes, map_b, bar, t.n0 + 64 * j, b_off + k0);
+          for (int j = rank * kSliceN / 64; j < (rank + 1) * kSliceN / 64; ++j)
+            load_b(b + j * kBoxBytes, map_b, bar, t.n0 + 64 * j, b_off + k0);
         }
         if (++stage == kStages) {
           stage = 0;
@@ -1257,10 +1228,10 @@ struct Kernel {
     } else {
       __syncthreads();
     }
-    // Tile rows and columns rounded up to whole cluster tiles; swapped tiles' rows run along N.
+    // Tile rows rounded up to whole cluster tiles; swapped tiles' rows run along N.
     const int64_t rows = kSwap ? p.n : p.m, cols = kSwap ? p.m : p.n;
-    const int64_t tiles_m = (rows + kBM * kMcastM - 1) / (kBM * kMcastM) * kMcastM;
-    const int64_t tiles_n = (cols + kBN * kMcastN - 1) / (kBN * kMcastN) * kMcastN;
+    const int64_t tiles_m = (rows + kBM * kMcast - 1) / (kBM * kMcast) * kMcast;
+    const int64_t tiles_n = (cols + kBN - 1) / kBN;
     const int64_t num_tiles = (p.batch > 1 ? p.batch : 1) * tiles_m * tiles_n;
     const int32_t k_tiles = static_cast<int32_t>((p.k + kBK - 1) / kBK);
     const int64_t num_units = num_tiles * splits(p);

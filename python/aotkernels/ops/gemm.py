@@ -193,6 +193,23 @@ median ratio to the anchor, main -> now: fp8 16x4096x4096 0.90 -> 0.97, fp8 32x4
 0.92, fp8 16x8192x8192 0.92 -> 0.96, fp8 16x4096x14336 1.02 -> 1.06, fp8 128x4096x4096 0.91 ->
 0.94, fp8 1024^3 0.93 -> 0.95, bf16 16x4096x4096 1.02 -> 1.05; the same bits.
 
+cuBLAS's fp8 16x4096x4096 kernel runs 64 x 8 swapped tiles in 2-CTA clusters that split M and
+multicast their shared weight tile (128 CTAs at N = 4096, each weight byte out of L2 once). Built
+as swapped tiles of n8 / n16 per CTA (M = 16 / 32) in such clusters, they were no faster on any row
+(H200, 2026-11-28, one process, alternating; ratio to the anchor, table / cluster tile: fp8
+16x4096x4096 0.967 / 0.949, 32x4096x4096 0.914 / 0.920, 16x8192x8192 0.953 / 0.926, 16x14336x4096
+0.955 / 0.800; bf16 16x4096x4096 1.045 / 1.025, 16x4096x14336 1.010 / 0.990, 16x2048x4096 0.960 /
+0.817 against the K split; at 16 stages instead of 23 still behind) and ncu timed the fp8
+16x4096x4096 kernel as long as the one-CTA tile's (9.15 against 9.12 us, cuBLAS 8.29 us, each
+reading 16.9 MB at 38-42 % of the DRAM peak): the L2-to-SM traffic that multicast halves is not
+what these calls wait on. Not kept. What they did wait on, in part, was the start: the tile walk's
+run-time divisions (four reciprocal-based ones) lay between the producer's setmaxnreg and its first
+TMA load; one matrix, one tile column and whole groups now skip them or divide by a constant (the
+same tile order). Fresh processes of main and of this build alternated (3 each), median ratio to
+the anchor, main -> now: fp8 16x4096x4096 0.99 -> 1.00, 16x8192x8192 0.95 -> 0.98, 16x14336x4096
+0.96 -> 0.97, 32x4096x4096 0.93 -> 0.95; bf16 16x8192x8192 0.95 -> 0.97, 16x4096x14336 1.02 ->
+1.03; int8 32x4096x4096 1.35 -> 1.39; fp8 1024^3 0.95 -> 0.96; bf16 1024^3 and 4096^3 within 0.5 %.
+
 Split-K through the workspace pays only while one row of tiles streams a long K: M <= 64 (less
 the calls that take a swapped tile, whose K splits only inside a cluster, see above), at least
 48 stages of 128 bytes of K per split, as many splits as fill half of 132 CTAs (``_split_k``; at
@@ -633,9 +650,8 @@ def _scales(a: Args, dtype: str, m: int, n: int, k: int) -> _Scales:
 
 
 def _multicast(v: dict[str, Any]) -> int:
-    """The CTAs of a variant's cluster that share one b tile by multicast, each on its own tile
-    row (1 without a cluster, and for a K-split cluster, whose CTAs all run one tile). Swapped
-    variants share b too (the weights: wgmma's A operand there)."""
+    """The CTAs of a variant's cluster that share one B tile by multicast, each on its own tile
+    row (1 without a cluster, and for a K-split cluster, whose CTAs all run one tile)."""
     return int(v.get("cluster", 1)) // int(v.get("ksplit", 1))
 
 
@@ -653,18 +669,14 @@ def _tensor_maps(
     v = fam.variants[pick.variant]
     item = ITEMSIZE[a.dtype]
     bk = int(v["k_bytes"]) // item
-    # A multicast cluster's CTAs each load one slice of their shared b tile (a narrower box): of
-    # its rows where b is K-major; where it is N-major, of its 64-column boxes (unswapped) or,
-    # swapped (64 columns a consumer, one box), of the box's K rows. A K-split cluster's CTAs
-    # load whole tiles.
-    mc = _multicast(v)
-    b_rows = int(v["bn"]) // mc
-    b_k = bk // mc if v.get("swap_ab") else bk
+    # A multicast cluster's CTAs each load one slice of their shared K-major B tile (a narrower
+    # box); a K-split cluster's CTAs load whole tiles.
+    b_rows = int(v["bn"]) // _multicast(v)
     box_inner = 128 // item
     maps = []
-    for name, info, ld, outer_extent, tile, k_rows, k_major, fold in (
-        ("a", a, la.ld, m, int(v["bm"]), bk, la.major == "k", folds[0]),
-        ("b", b, lb.ld, n, b_rows, b_k, lb.major == "k", folds[1]),
+    for name, info, ld, outer_extent, tile, k_major, fold in (
+        ("a", a, la.ld, m, int(v["bm"]), la.major == "k", folds[0]),
+        ("b", b, lb.ld, n, b_rows, lb.major == "k", folds[1]),
     ):
         inner, outer = (k, outer_extent) if k_major else (outer_extent, k)
         outer += fold
@@ -677,7 +689,7 @@ def _tensor_maps(
                 outer,
                 ld * item,
                 box_inner,
-                tile if k_major else k_rows,
+                tile if k_major else bk,
             )
         )
     return tuple(maps)
