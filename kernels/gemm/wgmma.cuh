@@ -369,20 +369,26 @@ struct Kernel {
   // Matrix by matrix; inside one, grouped order over cluster tiles (kMcast tiles stacked along
   // M): kGroupM tile rows are walked column by column, so concurrently running CTAs cover a
   // compact block of the output. Tile index i is CTA i % kMcast's part of cluster tile
-  // i / kMcast; tiles_m is a multiple of kMcast (tiles past M are computed, never stored).
+  // i / kMcast; tiles_m is a multiple of kMcast (tiles past M are computed, never stored). The
+  // divisions lie on the producer's path to its first TMA load (a run-time divisor costs a
+  // reciprocal and a dozen dependent steps): one matrix, one tile column and whole groups, the
+  // common cases (the small-M tiles' among them), skip them or divide by kGroup.
   static __device__ __forceinline__ Tile tile_at(int64_t tile, int64_t tiles_m, int64_t tiles_n) {
     constexpr int kGroup = kGroupM / kMcast;
     const int64_t rank = tile % kMcast, rows = tiles_m / kMcast;
     tile /= kMcast;
     const int64_t per_matrix = rows * tiles_n;
-    const int64_t z = tile / per_matrix;
+    const int64_t z = tile < per_matrix ? 0 : tile / per_matrix;
     tile -= z * per_matrix;
     const int64_t group_tiles = kGroup * tiles_n;
-    const int64_t first_m = tile / group_tiles * kGroup;
+    const int64_t group = tiles_n == 1 ? tile / kGroup : tile / group_tiles;
+    const int64_t first_m = group * kGroup;
     const int64_t group_m = min(rows - first_m, static_cast<int64_t>(kGroup));
-    const int64_t r = tile % group_tiles;
-    return {static_cast<int32_t>(((first_m + r % group_m) * kMcast + rank) * kBM),
-            static_cast<int32_t>(r / group_m * kBN), z};
+    const int64_t r = tile - group * group_tiles;
+    const int64_t col = group_m == kGroup ? r / kGroup : r / group_m;
+    const int64_t row = r - col * group_m;
+    return {static_cast<int32_t>(((first_m + row) * kMcast + rank) * kBM),
+            static_cast<int32_t>(col * kBN), z};
   }
 
   // The workspace splits of a launch (1: none; never for swapped variants).
@@ -398,14 +404,14 @@ struct Kernel {
   static __device__ __forceinline__ Work work_at(const ak_gemm_params& p, int64_t unit,
                                                  int64_t num_tiles, int64_t tiles_m,
                                                  int64_t tiles_n, int32_t k_tiles) {
-    const int64_t split = unit / num_tiles;
-    const Tile t = tile_at(unit - split * num_tiles, tiles_m, tiles_n);
     if constexpr (kKSplit > 1) {
       const int32_t per = (k_tiles + kKSplit - 1) / kKSplit;
       const int32_t kt0 = min(k_tiles, static_cast<int32_t>(blockIdx.x % kKSplit) * per);
-      return {t, kt0, min(k_tiles, kt0 + per), 0};
+      return {tile_at(unit, tiles_m, tiles_n), kt0, min(k_tiles, kt0 + per), 0};
     }
-    if (splits(p) <= 1) return {t, 0, k_tiles, 0};
+    if (splits(p) <= 1) return {tile_at(unit, tiles_m, tiles_n), 0, k_tiles, 0};
+    const int64_t split = unit / num_tiles;
+    const Tile t = tile_at(unit - split * num_tiles, tiles_m, tiles_n);
     const int32_t per = static_cast<int32_t>(p.k_split / kBK);
     const int32_t kt0 = static_cast<int32_t>(split) * per;
     return {t, kt0, min(k_tiles, kt0 + per), split};

@@ -193,6 +193,24 @@ median ratio to the anchor, main -> now: fp8 16x4096x4096 0.90 -> 0.97, fp8 32x4
 0.92, fp8 16x8192x8192 0.92 -> 0.96, fp8 16x4096x14336 1.02 -> 1.06, fp8 128x4096x4096 0.91 ->
 0.94, fp8 1024^3 0.93 -> 0.95, bf16 16x4096x4096 1.02 -> 1.05; the same bits.
 
+cuBLAS's fp8 16x4096x4096 kernel runs 64 x 8 swapped tiles in 2-CTA clusters that split M and
+multicast their shared weight tile (128 CTAs at N = 4096, each weight byte out of L2 once). Built
+as swapped tiles of n8 / n16 per CTA (M = 16 / 32) in such clusters, they were no faster on any row
+(H200, 2026-11-28, one process, alternating; ratio to the anchor, table / cluster tile: fp8
+16x4096x4096 0.967 / 0.949, 32x4096x4096 0.914 / 0.920, 16x8192x8192 0.953 / 0.926, 16x14336x4096
+0.955 / 0.800; bf16 16x4096x4096 1.045 / 1.025, 16x4096x14336 1.010 / 0.990, 16x2048x4096 0.960 /
+0.817 against the K split; at 16 stages instead of 23 still behind) and ncu timed the fp8
+16x4096x4096 kernel as long as the one-CTA tile's (9.15 against 9.12 us, cuBLAS 8.29 us, each
+reading 16.9 MB at 38-42 % of the DRAM peak): the L2-to-SM traffic that multicast halves is not
+what these calls wait on. Not kept. What they did wait on, in part, was the start: the tile walk's
+run-time divisions (four reciprocal-based ones) lay between the producer's setmaxnreg and its first
+TMA load; one matrix, one tile column and whole groups now skip them or divide by a constant (the
+same tile order). Fresh processes of main and of this build alternated (3 each), median ratio to
+the anchor, main -> now, the same bits: fp8 16x4096x4096 0.98 -> 1.01, 16x8192x8192 0.96 -> 0.96,
+16x14336x4096 0.96 -> 0.97, 32x4096x4096 0.93 -> 0.94, 16x4096x14336 1.06 -> 1.08; bf16
+16x4096x4096 1.06 -> 1.07, 16x8192x8192 0.95 -> 0.95, 16x4096x14336 1.02 -> 1.03 (kn 0.97 -> 1.00);
+int8 32x4096x4096 1.36 -> 1.40; fp8 1024^3 0.93 -> 0.95; bf16 1024^3 0.93 -> 0.93.
+
 Split-K through the workspace pays only while one row of tiles streams a long K: M <= 64 (less
 the calls that take a swapped tile, whose K splits only inside a cluster, see above), at least
 48 stages of 128 bytes of K per split, as many splits as fill half of 132 CTAs (``_split_k``; at
