@@ -110,14 +110,22 @@ __device__ __forceinline__ void store2(const ak_gemm_params& p, int64_t m, int64
   }
 }
 
+// One output value from its f32 sum. Every epilogue (these direct stores, the TMA staging area,
+// the swapped tiles) goes through this function, so that a tile's path never changes the rounded
+// bits. The rounding is spelled out: left to the compiler, `acc * sa * sb + bias` became an fma
+// or a multiply and an add depending on where the bias load landed, and so differed by path.
+__device__ __forceinline__ float scaled(float acc, float sa, float sb, float bias) {
+  return __fmaf_rn(__fmul_rn(acc, sa), sb, bias);
+}
+
 // The whole epilogue of two adjacent f32 accumulators: scales, bias, conversion, store.
 __device__ __forceinline__ void epilogue2(const ak_gemm_params& p, int64_t m, int64_t n, float acc0,
                                           float acc1, int64_t d_off = 0) {
   if (m >= p.m || n >= p.n) return;
   const float sa = row_scale(p, m);
   const bool both = n + 1 < p.n;
-  const float v0 = acc0 * sa * col_scale(p, n) + bias_at(p, n);
-  const float v1 = both ? acc1 * sa * col_scale(p, n + 1) + bias_at(p, n + 1) : 0.0f;
+  const float v0 = scaled(acc0, sa, col_scale(p, n), bias_at(p, n));
+  const float v1 = both ? scaled(acc1, sa, col_scale(p, n + 1), bias_at(p, n + 1)) : 0.0f;
   store2(p, m, n, v0, v1, d_off);
 }
 

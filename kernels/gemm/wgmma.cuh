@@ -595,12 +595,12 @@ struct Kernel {
         epilogue2_s32(p, t.n0 + c, n, v.x, v.y);
         continue;
       }
-      // epilogue2's expression (the same bits) with the factors read ahead.
+      // epilogue2 with the factors read ahead.
       const int64_t m = t.n0 + c;
       if (m >= p.m || n >= p.n) continue;
       const float x0 = static_cast<float>(v.x), x1 = static_cast<float>(v.y);
-      const float v0 = x0 * f.sa[i] * f.sb[0] + f.bias[0];
-      const float v1 = both ? x1 * f.sa[i] * f.sb[1] + f.bias[1] : 0.0f;
+      const float v0 = scaled(x0, f.sa[i], f.sb[0], f.bias[0]);
+      const float v1 = both ? scaled(x1, f.sa[i], f.sb[1], f.bias[1]) : 0.0f;
       store2(p, m, n, v0, v1, 0);
     }
     consumer_sync(consumer);  // the next tile overwrites the staging area
@@ -661,8 +661,8 @@ struct Kernel {
   }
 
   // The epilogue of 16-bit outputs (the host sets kTmaStore and encodes tmap_d): each kPart-column
-  // part of the warpgroup's 64 rows is scaled, biased and rounded in registers (the same
-  // expression as epilogue2, so the same bits), written to the staging area in the output map's
+  // part of the warpgroup's 64 rows is scaled, biased and rounded in registers (through
+  // `scaled`, as in epilogue2, so the same bits), written to the staging area in the output map's
   // 128B-swizzled box layout, and handed to one TMA store per 64 x 64 box. The consumers go on
   // to the next tile's main loop while the stores drain; the staging area is only rewritten once
   // the previous stores have read it. The map clips rows >= M and columns >= N.
@@ -692,13 +692,15 @@ struct Kernel {
           b0 = __shfl_sync(~0u, f.col_b[slot], src);
           b1 = __shfl_sync(~0u, f.col_b[slot], src + 1);
         }
+        const float t0 = scaled(a4[0], f.sa0, sb0, b0), t1 = scaled(a4[1], f.sa0, sb1, b1);
+        const float u0 = scaled(a4[2], f.sa1, sb0, b0), u1 = scaled(a4[3], f.sa1, sb1, b1);
         H2 top, bottom;
         if constexpr (std::is_same_v<H2, __nv_bfloat162>) {
-          top = __floats2bfloat162_rn(a4[0] * f.sa0 * sb0 + b0, a4[1] * f.sa0 * sb1 + b1);
-          bottom = __floats2bfloat162_rn(a4[2] * f.sa1 * sb0 + b0, a4[3] * f.sa1 * sb1 + b1);
+          top = __floats2bfloat162_rn(t0, t1);
+          bottom = __floats2bfloat162_rn(u0, u1);
         } else {
-          top = __floats2half2_rn(a4[0] * f.sa0 * sb0 + b0, a4[1] * f.sa0 * sb1 + b1);
-          bottom = __floats2half2_rn(a4[2] * f.sa1 * sb0 + b0, a4[3] * f.sa1 * sb1 + b1);
+          top = __floats2half2_rn(t0, t1);
+          bottom = __floats2half2_rn(u0, u1);
         }
         // Box c / 64, row r: 128 bytes, its 16-byte chunk index XORed with r % 8.
         const uint32_t box = buf + (c / 64) * kOutBoxBytes, byte = (c % 64) * 2;
