@@ -157,6 +157,12 @@ int8 32x4096x4096          1.350     1.221
 int8 32x4096x14336         1.643     1.552
 =========================  ========  ========
 
+Those processes timed a cool GPU. Right after 2 s of large matmuls, at the 700 W power cap
+(1455-1800 MHz), the unsplit tile fell to 0.85-0.89 and the 2-CTA K split held 0.95-0.98 (H200,
+2026-11-28, one process, two rounds per state; ratio to the anchor, cool -> hot: bf16 16x4096x14336
+1.03 -> 0.86 unsplit, 0.99 -> 0.97 split; kn 1.01 -> 0.89, 0.95 -> 0.95; fp8 16x4096x14336 1.06 ->
+0.91, 1.02 -> 1.00). ``bench gemm`` runs its rows back to back and so times the hot GPU. The rule
+below still follows the cool measurements; it has not been re-derived hot.
 Forced on more tiles it loses more (bf16 16x8192x8192 0.883 against 0.939, 16x14336x4096 0.766
 against 0.938; one process), and 4-CTA clusters took about twice the unsplit time on every shape
 (most likely not all of a persistent grid of 33 clusters of 4 fit the GPCs at once). Where one
