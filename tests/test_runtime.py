@@ -216,8 +216,19 @@ def test_32_threads_cold_start() -> None:
 def test_force_ptx_jit_runs_ptx() -> None:
     import torch
 
-    res = _json_line(_run("ptx_jit.py", env={"CUDA_FORCE_PTX_JIT": "1"}))
+    from aotkernels.loader import manifest
+    from aotkernels.select import parse_version
+
     cc = torch.cuda.get_device_capability()
+    proc = _run("ptx_jit.py", env={"CUDA_FORCE_PTX_JIT": "1"})
+    images = manifest()["families"]["activation"]["images"]
+    if not any(i["kind"] == "ptx" and parse_version(i["cc"]) <= cc for i in images):
+        # A build restricted by AOTKERNELS_ARCHS may hold no PTX for this device: forced JIT
+        # must then refuse with the typed error that says so, not run a cubin.
+        assert proc.returncode != 0
+        assert "NoKernelImageError" in proc.stderr and "a PTX target" in proc.stderr
+        return
+    res = _json_line(proc)
     assert res["ok"] and res["kind"] == "ptx"
     assert res["target"] == f"compute_{res['ptx_version']}"
     assert res["binary_version"] == cc[0] * 10 + cc[1]

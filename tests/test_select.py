@@ -299,8 +299,11 @@ def test_force_ptx_skips_cubins() -> None:
     c = choose_image("fam", f, (9, 0), DRIVER_13_0, force_ptx=True)
     assert c.target == "compute_75" and c.image["kind"] == "ptx"
     assert "CUDA_FORCE_PTX_JIT=1" in c.reason
-    with pytest.raises(NoKernelImageError, match="CUDA_FORCE_PTX_JIT=1 is set"):
+    with pytest.raises(NoKernelImageError, match="CUDA_FORCE_PTX_JIT=1 is set") as info:
         choose_image("fam", fam("sm_80"), (8, 0), DRIVER_13_0, force_ptx=True)
+    # The advice names PTX, not the sm_80 cubin this build already holds.
+    assert "a PTX target no newer than compute_80" in str(info.value)
+    assert "including sm_80" not in str(info.value)
 
 
 def test_no_image_message_with_known_target() -> None:

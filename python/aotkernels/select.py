@@ -181,7 +181,12 @@ def choose_image(
             f"rebuild with AOTKERNELS_ARCHS including sm_{sm}"
         )
     if force_ptx:
-        how += " (CUDA_FORCE_PTX_JIT=1 is set, so cubins were not considered)"
+        # Forced JIT takes PTX only: the cubin targets named above may be in this build already.
+        how = (
+            f"rebuild with AOTKERNELS_ARCHS including a PTX target no newer than compute_{sm} "
+            "(a build without AOTKERNELS_ARCHS keeps each family's PTX), or unset "
+            "CUDA_FORCE_PTX_JIT (CUDA_FORCE_PTX_JIT=1 is set, so cubins were not considered)"
+        )
     raise NoKernelImageError(
         f"{family}: no kernel image for {device} (compute capability {format_version(cc)}); "
         f"this build holds {held}; {how}"
