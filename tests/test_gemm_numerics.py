@@ -675,7 +675,8 @@ def _force_tile(monkeypatch: pytest.MonkeyPatch, real: Any, tile: str) -> None:
 
 # (dtype, layout, scale kind, bias, shape): ragged edges in every dim; the shapes of M = 64 are
 # split along K by the table (the last split and stage partial), (130, 300, 1000) spans tile rows;
-# K = 1400 is 11 stages of 128 (the promoted loop's trips of 8, 2 and 1 stages).
+# K = 1400 is 11 stages of 128 (the promoted loop's trips of 4, 4, 2 and 1 stages on 64-column
+# tiles, 2 and 1 on 128-column ones).
 VARIANT_CASES = [
     ("bfloat16", "kk", "none", False, (130, 300, 1000)),
     ("float16", "mn", "none", True, (7, 1000, 129)),

@@ -173,19 +173,19 @@ def choose_image(
         )
     sm = f"{cc[0]}{cc[1]}"
     known = [n for n, c in (known_targets or {}).items() if parse_version(c) == cc]
-    if known:
+    if force_ptx:
+        # Forced JIT takes PTX only: the cubin targets below may be in this build already.
+        how = (
+            f"rebuild with AOTKERNELS_ARCHS including a PTX target no newer than compute_{sm} "
+            "(a build without AOTKERNELS_ARCHS keeps each family's PTX), or unset "
+            "CUDA_FORCE_PTX_JIT (CUDA_FORCE_PTX_JIT=1 is set, so cubins were not considered)"
+        )
+    elif known:
         how = f"rebuild with AOTKERNELS_ARCHS including {' or '.join(known)}"
     else:
         how = (
             f"add [targets.sm_{sm}] to arch_matrix.toml and to this family's targets, then "
             f"rebuild with AOTKERNELS_ARCHS including sm_{sm}"
-        )
-    if force_ptx:
-        # Forced JIT takes PTX only: the cubin targets named above may be in this build already.
-        how = (
-            f"rebuild with AOTKERNELS_ARCHS including a PTX target no newer than compute_{sm} "
-            "(a build without AOTKERNELS_ARCHS keeps each family's PTX), or unset "
-            "CUDA_FORCE_PTX_JIT (CUDA_FORCE_PTX_JIT=1 is set, so cubins were not considered)"
         )
     raise NoKernelImageError(
         f"{family}: no kernel image for {device} (compute capability {format_version(cc)}); "
