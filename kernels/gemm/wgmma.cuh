@@ -920,13 +920,10 @@ struct Kernel {
     __syncwarp();
     const uint32_t at = r.base + (r.slot * kScaleFloats + threadIdx.x % 32 / 4) * 4;
     const uint32_t at_b = r.base + (r.slot * kScaleFloats + 16) * 4;
-    float a0, a1;
-    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(a0) : "r"(at) : "memory");
-    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(a1) : "r"(at + 8 * 4) : "memory");
+    const float a0 = ld_shared_f32(at), a1 = ld_shared_f32(at + 8 * 4);
 #pragma unroll
     for (int h = 0; h < kBN / kPart; ++h) {
-      float b;
-      asm volatile("ld.shared.f32 %0, [%1];" : "=f"(b) : "r"(at_b + h * 4) : "memory");
+      const float b = ld_shared_f32(at_b + h * 4);
       f[2 * h] = a0 * b;
       f[2 * h + 1] = a1 * b;
     }
