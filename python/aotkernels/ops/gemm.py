@@ -108,7 +108,10 @@ least 64 stages (32 per CTA, ``_KSPLIT_STAGES``): bf16 K >= 4096, 8-bit K >= 819
 cool); at 80 rows and K = 14336 the split was ahead (0.75 against 0.66) but is not taken: the
 rule follows the rows measured. A 2-CTA cluster of 64 x 128 tiles multicasting their shared B
 tile was no faster than ``wg_64x128`` hot (bf16 128x8192x8192 0.967 against 0.971, kn 0.954
-against 0.943, fp8 0.855 against 0.875): not kept.
+against 0.943, fp8 0.855 against 0.875): not kept. Nor was a K-split 128 x 128 tile at N = 8192
+(64 tiles, 128 CTAs; 4 stages beside the receive area): behind the table on every row, hot and
+cool (bf16 128x8192x8192 0.899 against 0.970 hot, fp8 0.822 against 0.951, int8 1.77 against
+2.01; bf16 1024^3 0.71 against 0.90).
 
 Both K-split rules against the picks before them (forced), the same probe in a second run (hot /
 cool, ratio to the anchor):
