@@ -93,7 +93,7 @@ def test_sm90a_image_picks_wgmma(picks: list[Any]) -> None:
     fam = loader.family_on("gemm", 0)
     assert fam.binary_version == 90 and fam.choice.target == "sm_90a"
     gen = generator(4096)
-    tile = gemm._wgmma_tile(4096, 4096, 1, fam.device.sm_count, False)
+    tile = gemm._wgmma_tile(4096, 4096, 1, fam.device.sm_count, False, k=4096)
     assert tile.startswith("wg_128x256")
     for layout in LAYOUTS:
         a, b, av, bv = int_operands(4096, 4096, 4096, "bfloat16", layout, "dense", gen)

@@ -1,5 +1,7 @@
-"""Split-K of the GEMM family (sm_90a wgmma path): the split table, bitwise repeatability, and
-split results against fp64 references and against the unsplit mma.sync path.
+"""Split-K of the GEMM family (sm_90a wgmma path): the workspace split's table, bitwise
+repeatability, and split results against fp64 references and against the unsplit mma.sync path;
+then the K split inside a 2-CTA cluster of unswapped tiles (the swapped ones are in
+test_gemm_swapped.py).
 
 Split-K changes the order in which f32 partial sums are added (each split sums its own K range,
 then the reduction adds the splits in order 0, 1, ...), so a split result is not bit-equal to an
@@ -20,7 +22,7 @@ import pytest
 import aotkernels as ak
 from aotkernels.ops import gemm
 from helpers.gemm import generator, need_sm90a, poisoned
-from helpers.reference import scaled_mm_ref
+from helpers.reference import assert_gemm_near, scaled_mm_ref
 
 # Shapes the table splits (33 <= M <= 64 for a K-major a: smaller M takes the swapped tiles,
 # which do not split; few 64 x 128 tiles, K of at least 96 stages of 128 bytes), with ragged
@@ -177,3 +179,119 @@ def test_split_fp8_scales(m: int, n: int, k: int, mode: str) -> None:
     err = (ys[0].double() - ref).abs()
     worst = (err - 2**-7 * ref.abs() - 2**-9 * mag).max().item()
     assert worst <= 0, f"error exceeds the bound by {worst:g}"
+
+
+# --- K split inside a 2-CTA cluster, unswapped (wg_128x64k2) --------------------------------------
+# The cluster's two CTAs run the same 128 x 64 tile, each half of its K stages, and the leader adds
+# the other's accumulators in rank order: no workspace, bitwise repeatable, not bit-equal to an
+# unsplit tile in general. The table takes it at 96 < M <= 128 where 64 x 128 tiles would fill at
+# most half the SMs, for one matrix without block scales and a K of at least 64 stages.
+CLUSTER_SPLIT = "wg_128x64k2"
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "item", "batch", "block", "want"),
+    [
+        (128, 4096, 4096, 2, 1, False, CLUSTER_SPLIT),  # 64 stages: 2 x 64 tiles, 128 CTAs
+        (128, 4096, 4032, 2, 1, False, "wg_64x64"),  # 63 stages
+        (128, 4096, 14336, 1, 1, False, CLUSTER_SPLIT),  # 8-bit: 112 stages
+        (128, 4096, 4096, 1, 1, False, "wg_64x64"),  # 8-bit: 32 stages
+        (97, 1024, 4096, 2, 1, False, CLUSTER_SPLIT),
+        (96, 4096, 14336, 2, 1, False, "wg_64x64"),  # at 96 rows the 64 x 64 tiles
+        (128, 4096, 14336, 1, 1, True, "wg_64x64"),  # block scales: unsplit
+        (128, 2048, 14336, 2, 2, False, "wg_64x64"),  # batches: unsplit
+        (128, 8192, 14336, 2, 1, False, "wg_64x128"),  # 64 x 128 tiles fill more than half
+        (129, 4096, 14336, 2, 1, False, "wg_64x128"),  # past 128 rows: the few-tile rule
+    ],
+)
+def test_cluster_split_table(
+    m: int, n: int, k: int, item: int, batch: int, block: bool, want: str
+) -> None:
+    assert gemm._wgmma_tile(m, n, batch, 132, block, True, item, k=k) == want
+
+
+@pytest.fixture
+def cluster_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    """wg_128x64k2 forced for every call the wgmma path takes."""
+    from aotkernels.ops import _op
+
+    monkeypatch.setattr(gemm, "_wgmma_tile", lambda *args, **kwargs: CLUSTER_SPLIT)
+    monkeypatch.setattr(_op, "_PLANS", {})
+
+
+# The table's own pick (128 x 4096 x 14336), two tile rows of 128 with the second nearly empty and
+# K not a multiple of the stage, a K of 3 stages (one CTA 2, the other 1), and 313 tile columns:
+# every cluster runs several tiles (the leader's receive area handed back and refilled).
+CLUSTER_SPLIT_SHAPES = [(128, 4096, 14336), (130, 300, 1500), (100, 1000, 300), (97, 20000, 320)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "n", "k"), CLUSTER_SPLIT_SHAPES)
+@pytest.mark.parametrize("layout", ["kk", "kn", "mk", "mn"])
+def test_cluster_split_exact_and_repeatable(
+    cluster_split: None, m: int, n: int, k: int, layout: str
+) -> None:
+    """Small integers with a bias: exact in f32 and bf16 (every partial sum is exact). Random
+    operands: the same bits on every run, within the f32 accumulation bound of fp64."""
+    import torch
+
+    need_sm90a()
+    g = generator(m, n, k, 4)
+    av = torch.randint(-3, 4, (m, k), device="cuda", generator=g).to(torch.bfloat16)
+    bv = torch.randint(-3, 4, (k, n), device="cuda", generator=g).to(torch.bfloat16)
+
+    def lay(x: Any, major_k: bool) -> Any:
+        return x.t().contiguous().t() if major_k else x
+
+    a, b = lay(av, layout[0] == "m"), lay(bv, layout[1] == "k")
+    bias = torch.randint(-8, 9, (n,), device="cuda", generator=g).to(torch.float32)
+    ref = av.double() @ bv.double() + bias.double()
+    for out in (torch.float32, torch.bfloat16):
+        y = ak.matmul(a, b, out, bias=bias.to(out), out=poisoned((m, n), out))
+        assert torch.equal(y, ref.to(out))
+    rav = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+    rbv = torch.randn(k, n, device="cuda", generator=g).to(torch.bfloat16)
+    ra, rb = lay(rav, layout[0] == "m"), lay(rbv, layout[1] == "k")
+    first = ak.matmul(ra, rb, torch.float32)
+    for _ in range(3):
+        assert torch.equal(first, ak.matmul(ra, rb, torch.float32))
+    rref = rav.double() @ rbv.double()
+    bound = 2**-23 * rref.abs() + k * 2**-24 * (rav.double().abs() @ rbv.double().abs())
+    worst = ((first.double() - rref).abs() - bound).max().item()
+    assert worst <= 0, f"error exceeds the bound by {worst:g}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["tensor", "rowcol"])
+@pytest.mark.parametrize("fast", [False, True])
+@pytest.mark.parametrize(("m", "n", "k"), [(128, 4096, 14336), (100, 1000, 2000)])
+def test_cluster_split_fp8(
+    cluster_split: None, m: int, n: int, k: int, mode: str, fast: bool
+) -> None:
+    """fp8 e4m3 with scales and a bias, both accumulation modes: repeatable bits within the fp8
+    bound of fp64."""
+    import torch
+
+    need_sm90a()
+    g = generator(m, n, k, 5)
+    a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda", generator=g).to(torch.float8_e4m3fn).t()
+    sa, sb = _fp8_scales(mode, m, n, k, g)
+    bias = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16)
+    ys = [ak.scaled_mm(a, b, sa, sb, torch.bfloat16, bias, use_fast_accum=fast) for _ in range(3)]
+    assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], ys[2])
+    mag = scaled_mm_ref(a.float().abs(), b.float().abs(), sa, sb)
+    assert_gemm_near(ys[0], scaled_mm_ref(a, b, sa, sb, bias), mag, "float8_e4m3fn")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "n", "k"), [(128, 4096, 14336), (100, 1000, 2000)])
+def test_cluster_split_int8(cluster_split: None, m: int, n: int, k: int) -> None:
+    """int8: bit-equal to torch._int_mm (exact s32 sums)."""
+    import torch
+
+    need_sm90a()
+    g = generator(m, n, k, 6)
+    a = torch.randint(-128, 128, (m, k), device="cuda", generator=g, dtype=torch.int8)
+    b = torch.randint(-128, 128, (n, k), device="cuda", generator=g, dtype=torch.int8).t()
+    assert torch.equal(ak.scaled_mm(a, b, out_dtype=torch.int32), torch._int_mm(a, b))

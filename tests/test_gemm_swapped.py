@@ -6,11 +6,12 @@ The K-split forms (``ksplit`` set): a cluster of CTAs runs each tile, each CTA a
 the leader adds the others' accumulators from distributed shared memory in rank order.
 
 CPU: where the tile table takes them (M up to its bm, one matrix, a K-major, no block scales; K
-split where the unsplit grid fills at most half the SMs) and how the launch is packed. GPU: each
-variant forced on every dtype (mixed fp8 too), both 16-bit b layouts, each scale mode it takes,
-bias and output dtype, M on both sides of its 32-row tile, N not a multiple of its 64 columns, K
-shorter than the split and not a multiple of it, against exact or fp64 references; the K-split
-forms bitwise repeatable, with more tiles than clusters (the receive area reused).
+split where the unsplit grid fills at most a quarter of the SMs, or half of them with a long K) and
+how the launch is packed. GPU: each variant forced on every dtype (mixed fp8 too), both 16-bit b
+layouts, each scale mode it takes, bias and output dtype, M on both sides of its 32-row tile, N not
+a multiple of its 64 columns, K shorter than the split and not a multiple of it, against exact or
+fp64 references; the K-split forms bitwise repeatable, with more tiles than clusters (the receive
+area reused).
 """
 
 from __future__ import annotations
@@ -50,36 +51,43 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> FakeGpu:
 
 
 @pytest.mark.parametrize(
-    ("m", "n", "batch", "block", "a_kmajor", "want"),
+    ("m", "n", "k", "item", "batch", "block", "a_kmajor", "want"),
     [
-        (1, 4096, 1, False, True, "wg_16x64t"),
-        (16, 4096, 1, False, True, "wg_16x64t"),  # 64 tiles: half the SMs, K not split
-        (17, 4096, 1, False, True, "wg_32x64t"),
-        (1, 1024, 1, False, True, "wg_16x64tk2"),  # 16 tiles: K split, 32 CTAs
-        (16, 2112, 1, False, True, "wg_16x64tk2"),  # 33 tiles: 66 CTAs
-        (32, 2112, 1, False, True, "wg_32x64tk2"),
-        (16, 2113, 1, False, True, "wg_16x64t"),  # 34 tiles: more than a quarter of the SMs
-        (32, 8192, 1, False, True, "wg_32x64t"),  # 128 tiles of 64 columns: one wave
-        (16, 8448, 1, False, True, "wg_16x64t"),  # 132 tiles
-        (16, 8449, 1, False, True, "wg_16x128t"),  # 133: two consumers, 128 columns a tile
-        (16, 14336, 1, False, True, "wg_16x128t"),
-        (32, 14336, 1, False, True, "wg_32x128t"),
-        (33, 4096, 1, False, True, "wg_64x128"),  # past the swapped tiles: the unswapped one
-        (16, 4096, 2, False, True, "wg_64x128"),  # batches stay unswapped
-        (16, 4096, 1, True, True, "wg_64x128"),  # block scales stay unswapped
-        (16, 4096, 1, False, False, "wg_64x128"),  # an M-major a has no swapped entry
+        (1, 4096, 4096, 2, 1, False, True, "wg_16x64t"),
+        (16, 4096, 4096, 2, 1, False, True, "wg_16x64t"),  # 64 tiles, 64 stages: not split
+        (16, 4096, 6144, 2, 1, False, True, "wg_16x64tk2"),  # 96 stages: K split, 128 CTAs
+        (16, 4096, 6080, 2, 1, False, True, "wg_16x64t"),  # 95 stages
+        (16, 4096, 12288, 1, 1, False, True, "wg_16x64tk2"),  # 8-bit: 96 stages
+        (16, 4096, 12160, 1, 1, False, True, "wg_16x64t"),
+        (32, 4224, 14336, 1, 1, False, True, "wg_32x64tk2"),  # 66 tiles: 132 CTAs
+        (32, 4225, 14336, 1, 1, False, True, "wg_32x64t"),  # 67 tiles: not one wave split
+        (17, 4096, 4096, 2, 1, False, True, "wg_32x64t"),
+        (1, 1024, 64, 2, 1, False, True, "wg_16x64tk2"),  # 16 tiles: K split, 32 CTAs
+        (16, 2112, 64, 2, 1, False, True, "wg_16x64tk2"),  # 33 tiles: 66 CTAs, any K
+        (32, 2112, 64, 2, 1, False, True, "wg_32x64tk2"),
+        (16, 2113, 64, 2, 1, False, True, "wg_16x64t"),  # 34 tiles: more than a quarter of SMs
+        (32, 8192, 14336, 2, 1, False, True, "wg_32x64t"),  # 128 tiles of 64 columns: one wave
+        (16, 8448, 4096, 2, 1, False, True, "wg_16x64t"),  # 132 tiles
+        (16, 8449, 4096, 2, 1, False, True, "wg_16x128t"),  # 133: two consumers, 128 columns
+        (16, 14336, 4096, 2, 1, False, True, "wg_16x128t"),
+        (32, 14336, 4096, 2, 1, False, True, "wg_32x128t"),
+        (33, 4096, 4096, 2, 1, False, True, "wg_64x128"),  # past the swapped tiles: unswapped
+        (16, 4096, 14336, 2, 2, False, True, "wg_64x128"),  # batches stay unswapped
+        (16, 4096, 14336, 1, 1, True, True, "wg_64x128"),  # block scales stay unswapped
+        (16, 4096, 14336, 2, 1, False, False, "wg_64x128"),  # an M-major a has no swapped entry
     ],
 )
 def test_table_takes_swapped_tile(
-    m: int, n: int, batch: int, block: bool, a_kmajor: bool, want: str
+    m: int, n: int, k: int, item: int, batch: int, block: bool, a_kmajor: bool, want: str
 ) -> None:
-    assert gemm._wgmma_tile(m, n, batch, 132, block, a_kmajor) == want
+    assert gemm._wgmma_tile(m, n, batch, 132, block, a_kmajor, item, k=k) == want
 
 
 def test_swapped_variants_declared(fake_gpu: FakeGpu) -> None:
     variants = fake_gpu.family.variants
     assert {name for name, v in variants.items() if v.get("swap_ab")} == set(SWAPPED)
-    assert {name for name, v in variants.items() if v.get("ksplit", 1) > 1} == set(KSPLIT)
+    split = {name for name, v in variants.items() if v.get("ksplit", 1) > 1 and v.get("swap_ab")}
+    assert split == set(KSPLIT)
     for rows, narrow, wide, split in gemm._SWAP_TILES:
         for name, cols in ((narrow, 64), (wide, 128), (split, 64)):
             assert (variants[name]["bm"], variants[name]["bn"]) == (rows, cols)
@@ -175,11 +183,12 @@ def swapped(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     variant = request.param
 
     def tile(
-        m: int, n: int, batch: int, sms: int, block: bool, a_kmajor: bool = True, *rest: Any
-    ) -> str:
+        m: int, n: int, batch: int, sms: int, block: bool, a_kmajor: bool = True, *rest: Any,
+        **kwargs: Any,
+    ) -> str:  # fmt: skip
         if batch == 1 and not block and a_kmajor:
             return str(variant)
-        return table(m, n, batch, sms, block, a_kmajor, *rest)
+        return table(m, n, batch, sms, block, a_kmajor, *rest, **kwargs)
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         got = pick(*args, **kwargs)

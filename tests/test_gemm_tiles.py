@@ -51,12 +51,15 @@ def _bf16(m: int, n: int, k: int, layout: str = "kn", ld_a: int | None = None,
         (4096, 4096, 4096, "mk", None, 0, "ak_matmul_bf16_wg_128x256_mk", (132, 1, 1)),
         (8192, 1024, 512, "kk", None, 0, "ak_matmul_bf16_wg_128x256_kk", (132, 1, 1)),
         (64, 4096, 4096, "mn", None, 0, "ak_matmul_bf16_wg_64x128_mn", (32, 1, 1)),  # K short
-        (16, 4096, 14336, "kk", None, 0, "ak_matmul_bf16_wg_16x64t_kk", (64, 1, 1)),  # swapped
-        (32, 4096, 14336, "kn", None, 0, "ak_matmul_bf16_wg_32x64t_kn", (64, 1, 1)),
+        (16, 4096, 4096, "kk", None, 0, "ak_matmul_bf16_wg_16x64t_kk", (64, 1, 1)),  # swapped
+        (32, 4096, 4096, "kn", None, 0, "ak_matmul_bf16_wg_32x64t_kn", (64, 1, 1)),
+        (16, 4096, 14336, "kk", None, 0, "ak_matmul_bf16_wg_16x64tk2_kk", (128, 1, 1)),  # long K
         (16, 2048, 14336, "kk", None, 0, "ak_matmul_bf16_wg_16x64tk2_kk", (64, 1, 1)),  # K split
         (48, 4096, 14336, "kk", None, 0, "ak_matmul_bf16_wg_64x128_kk", (64, 1, 1)),  # 2 splits
-        (128, 4096, 4096, "kn", None, 0, "ak_matmul_bf16_wg_64x64_kn", (128, 1, 1)),
-        (96, 4096, 4096, "mk", None, 0, "ak_matmul_bf16_wg_64x64_mk", (128, 1, 1)),
+        (128, 4096, 4032, "kn", None, 0, "ak_matmul_bf16_wg_64x64_kn", (128, 1, 1)),
+        (128, 4096, 4096, "kn", None, 0, "ak_matmul_bf16_wg_128x64k2_kn", (128, 1, 1)),  # K split
+        (104, 4096, 4096, "mk", None, 0, "ak_matmul_bf16_wg_128x64k2_mk", (128, 1, 1)),
+        (96, 4096, 14336, "mk", None, 0, "ak_matmul_bf16_wg_64x64_mk", (128, 1, 1)),
         (128, 8192, 4096, "kn", None, 0, "ak_matmul_bf16_wg_64x128_kn", (128, 1, 1)),
         (128, 14336, 4096, "kn", None, 0, "ak_matmul_bf16_wg_128x128_kn", (112, 1, 1)),  # 1 row
         (96, 32000, 4096, "kk", None, 0, "ak_matmul_bf16_wg_128x128_kk", (132, 1, 1)),
@@ -103,7 +106,8 @@ def test_pick_sm90a_8bit(fake_gpu: FakeGpu, dtype: str, layout: str, symbol: str
     ("dtype", "m", "n", "k", "scales", "variant"),
     [
         ("float8_e4m3fn", 128, 4096, 4096, "tensor", "wg_64x64"),
-        ("int8", 128, 4096, 14336, "none", "wg_64x64"),
+        ("int8", 128, 4096, 14336, "none", "wg_128x64k2"),  # K split by a 2-CTA cluster
+        ("int8", 128, 4096, 8064, "none", "wg_64x64"),  # 63 stages
         ("float8_e4m3fn", 128, 8192, 8192, "tensor", "wg_128x64"),  # 8-bit: 2 x 64 columns
         ("int8", 1024, 1024, 1024, "none", "wg_128x64"),
         ("float8_e5m2", 128, 14336, 4096, "tensor", "wg_128x128"),
@@ -245,7 +249,7 @@ def test_cluster_launch(fake_gpu: FakeGpu, monkeypatch: pytest.MonkeyPatch) -> N
     """A clustered variant launches whole clusters over tile rows rounded up to whole clusters,
     and its K-major b map boxes one CTA's slice of the B tile (N-major boxes are unchanged)."""
     tile = "wg_128x256c2"
-    monkeypatch.setattr(gemm, "_wgmma_tile", lambda *args: tile)
+    monkeypatch.setattr(gemm, "_wgmma_tile", lambda *args, **kwargs: tile)
     ak.matmul(*_bf16(300, 1000, 512, "kk"))  # 3 tile rows: 2 cluster rows x 4 tile columns
     launch = fake_gpu.last
     assert launch.symbol == f"ak_matmul_bf16_{tile}_kk" and launch.grid == (16, 1, 1)

@@ -38,8 +38,10 @@
 // distributed shared memory: each other CTA's consumers store theirs into the leader's receive
 // area with st.async (completing the leader's mbarrier), the leader adds them in rank order
 // (bitwise repeatable), releases the area (a remote arrival per CTA) and runs the usual
-// epilogue. No workspace and no second launch; the host takes it only where one CTA a tile
-// would leave most SMs idle (at half of them the unsplit tile measured faster).
+// epilogue. No workspace and no second launch. The host takes it where one CTA a tile would leave
+// most SMs idle, and where the K is long and the grid one wave either way: the cluster's two
+// CTAs then each stream half of a tile's stages, less traffic per SM than two tiles' whole K,
+// which holds up better at the power-capped clock.
 //
 // Swapped variants (V::swap_ab, small M): the kernel computes d^T = b^T a^T. b's tile is wgmma's A
 // operand (the consumers' 64-row slices run along N) and a's tile its B operand (n16 / n32 along
@@ -329,9 +331,6 @@ struct Kernel {
   // fit the GPCs at once, and the last ones run as a second wave.
   static_assert(kKSplit > 1 ? kKSplit == kCluster && kKSplit == 2 : kCluster == 1 || kCluster == 2,
                 "multicast clusters of 1 or 2 CTAs along M; K split by the 2 CTAs of a cluster");
-  // The K-split code does not depend on the swap, but only swapped tiles have run and been
-  // tested with it: an unswapped K-split variant must first get its own tests.
-  static_assert(kKSplit == 1 || kSwap, "K-split clusters are measured and tested on swapped tiles");
   static_assert(kGroupM % kMcast == 0 && (kBN / 64) % kMcast == 0, "whole B slices per CTA");
 
   using Acc = AccT<T>;
@@ -391,9 +390,10 @@ struct Kernel {
             static_cast<int32_t>(col * kBN), z};
   }
 
-  // The workspace splits of a launch (1: none; never for swapped variants).
+  // The workspace splits of a launch (1: none; never for swapped variants, nor for those whose
+  // cluster splits K: the host skips the reduction launch for both).
   static __device__ __forceinline__ int64_t splits(const ak_gemm_params& p) {
-    return kSwap || p.splits <= 1 ? 1 : p.splits;
+    return kSwap || kKSplit > 1 || p.splits <= 1 ? 1 : p.splits;
   }
 
   // Split-K (p.splits > 1, one matrix): unit u is split u / num_tiles of tile u % num_tiles, so

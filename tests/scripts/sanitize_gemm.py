@@ -2,7 +2,7 @@
 
 Every path the device's image holds (mma.sync; wgmma on sm_90a, forced with
 AOTKERNELS_GEMM_PATH; the clustered and the swapped wgmma tiles forced in place of the table's,
-the swapped K-split clusters with more tiles than clusters too), every operand dtype, layout and
+the K-split clusters with more tiles than clusters too), every operand dtype, layout and
 scale mode, bias and K = 0, on small odd shapes. Each operand lives in a device buffer of exactly
 its span (a tail over-read is a memcheck error), passed as a DLPack view; row padding holds large
 values that would show in the results. Inputs are small integers and scales powers of two, so
@@ -189,18 +189,28 @@ if "wgmma" in paths:
         if info.get("cluster", 1) > 1 and not info.get("ksplit")
     )
     for tile in multicast:
-        gemm._wgmma_tile = lambda *args, tile=tile: tile
+        gemm._wgmma_tile = lambda *args, tile=tile, **kwargs: tile
         _op._PLANS.clear()
         run_matmul("wgmma", 130, 300, 200)
+    # The unswapped K-split clusters: 2 tile rows, and 69 tiles (more than the clusters: each
+    # leader's receive area is handed back and refilled).
+    for tile in (
+        v for v, info in fam.variants.items() if info.get("ksplit") and not info.get("swap_ab")
+    ):
+        gemm._wgmma_tile = lambda *args, tile=tile, **kwargs: tile
+        _op._PLANS.clear()
+        run_matmul("wgmma", 130, 300, 200)
+        run_scaled_mm("wgmma", 130, 300, 200)
+        run_matmul("wgmma", 97, 4400, 200)
     # The swapped tiles where they may run (a K-major, no block scales): several tile columns
     # along M, the last one partial; the K-split clusters also on 69 tiles (more than the
     # clusters: each leader's receive area is handed back and refilled).
     for tile in (v for v, info in fam.variants.items() if info.get("swap_ab")):
 
         def swapped(m: int, n: int, batch: int, sms: int, block: bool, a_kmajor: bool = True,
-                    *rest: Any, tile: str = tile) -> str:  # fmt: skip
+                    *rest: Any, tile: str = tile, **kwargs: Any) -> str:  # fmt: skip
             ok = batch == 1 and not block and a_kmajor
-            return tile if ok else table(m, n, batch, sms, block, a_kmajor, *rest)
+            return tile if ok else table(m, n, batch, sms, block, a_kmajor, *rest, **kwargs)
 
         gemm._wgmma_tile = swapped
         _op._PLANS.clear()

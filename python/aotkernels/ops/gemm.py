@@ -15,10 +15,13 @@ sm_90a, TMA-legal operands, M <= 32, one   swapped (``_swaps``): ``wg_16x64t`` (
 matrix, a K-major, no block scales         ``wg_32x64t``; ``wg_16x128t`` / ``wg_32x128t``
                                            where N / 64 > SMs; ``wg_16x64tk2`` /
                                            ``wg_32x64tk2`` (K split by a 2-CTA cluster)
-                                           where 4 N / 64 <= SMs; no workspace split
+                                           where 4 N / 64 <= SMs, or 2 N / 64 <= SMs and K
+                                           is at least 96 stages of 128 bytes; no
+                                           workspace split
 sm_90a, TMA-legal operands, M <= 64        ``wg_64x128``, split-K by ``_split_k``
-sm_90a, TMA-legal, M <= 128, 64x128       ``wg_64x64``
-tiles fill at most half the SMs
+sm_90a, TMA-legal, M <= 128, 64x128       ``wg_128x64k2`` (K split by a 2-CTA cluster) for
+tiles fill at most half the SMs            M > 96, one matrix, no block scales, K of at
+                                           least 64 stages of 128 bytes; else ``wg_64x64``
 sm_90a, TMA-legal, M <= 128, no block      ``wg_128x128`` (one tile row)
 scales, 128x128 tiles > SMs/2
 sm_90a, TMA-legal, M <= 128                "few": ``wg_128x64`` (8-bit operands, no block
@@ -56,7 +59,7 @@ fp8 block 8192^3           497     639    957     990      1299     128x256
 Few tiles (M = 128, small squares) on an H200 (2026-11-28, ``tools/gemm_sweep.py``: one
 process, each variant forced unsplit; TFLOP/s; b K-major unless "kn"; fp8 e4m3 per-tensor scales
 without fast accumulation, bf16 out; anchor: torch.matmul / torch._scaled_mm / torch._int_mm
-beside; [ ] the table's pick):
+beside; [ ] the table's pick that day):
 
 =========================  =======  =======  =======  =======  =======  =======
 M x N x K                  64x64    64x128   128x64   128x128  128x256  anchor
@@ -79,6 +82,60 @@ bf16 1024^3                171      [224]    228      181      124      250
 fp8 1024^3                 201      233      [240]    219      161      265
 int8 1024^3                188      220      [241]    199      135      229
 =========================  =======  =======  =======  =======  =======  =======
+
+Where that table takes 64 x 64 tiles (M = 128, N = 4096: 128 of them), as many 128 x 64 tiles
+whose K a 2-CTA cluster splits (``wg_128x64k2``: the same 128 CTAs, each streaming 128 + 64 rows
+of half the K instead of 64 + 64 rows of all of it, a quarter fewer bytes per SM, on two consumers)
+hold up at the power cap where the 64 x 64 tile does not. The probe above, hot / cool (int8 hot
+only; the other tiles of that table lost hot on every row):
+
+=========================  ===============  ===============
+M x N x K                  wg_64x64         wg_128x64k2
+=========================  ===============  ===============
+bf16 128x4096x4096         0.884 / 0.998    0.949 / 0.984
+bf16 128x4096x4096 kn      0.865            0.963
+fp8 128x4096x4096          0.928 / 0.986    0.856 / 0.873
+int8 128x4096x4096         1.191            1.176
+bf16 128x4096x14336        0.806 / 0.988    0.984 / 1.023
+bf16 128x4096x14336 kn     0.735            0.980
+fp8 128x4096x14336         0.859 / 0.975    0.921 / 0.974
+int8 128x4096x14336        1.476            1.640
+=========================  ===============  ===============
+
+The table takes it from 97 to 128 rows, for one matrix without block scales, where K holds at
+least 64 stages (32 per CTA, ``_KSPLIT_STAGES``): bf16 K >= 4096, 8-bit K >= 8192. At 96 rows the
+64 x 64 tiles measured faster (bf16 96x4096x4096: 0.92 against 0.84 hot, 0.94 against 0.87
+cool); at 80 rows and K = 14336 the split was ahead (0.75 against 0.66) but is not taken: the
+rule follows the rows measured. A 2-CTA cluster of 64 x 128 tiles multicasting their shared B
+tile was no faster than ``wg_64x128`` hot (bf16 128x8192x8192 0.967 against 0.971, kn 0.954
+against 0.943, fp8 0.855 against 0.875): not kept. Nor was a K-split 128 x 128 tile at N = 8192
+(64 tiles, 128 CTAs; 4 stages beside the receive area): behind the table on every row, hot and
+cool (bf16 128x8192x8192 0.899 against 0.970 hot, fp8 0.822 against 0.951, int8 1.77 against
+2.01; bf16 1024^3 0.71 against 0.90).
+
+Both K-split rules against the picks before them (forced), the same probe in a second run (hot /
+cool, ratio to the anchor):
+
+=========================  ===============  ===============
+M x N x K                  before           table
+=========================  ===============  ===============
+bf16 16x4096x14336         0.837 / 1.038    0.964 / 0.999
+bf16 16x4096x14336 kn      0.824 / 0.956    0.913 / 0.952
+fp8 16x4096x14336          0.923 / 1.058    1.015 / 1.028
+fp8 fast 16x4096x14336     0.944 / 1.092    0.994 / 1.027
+int8 32x4096x14336         1.800 / 1.680    1.858 / 1.568
+bf16 16x4096x8192          0.935 / 1.090    1.024 / 1.040
+bf16 128x4096x4096         0.873 / 0.994    0.936 / 0.983
+bf16 128x4096x4096 kn      0.841 / 0.957    0.942 / 0.982
+bf16 128x4096x14336        0.830 / 0.987    0.998 / 1.025
+bf16 128x4096x14336 kn     0.746 / 0.922    0.985 / 1.015
+fp8 128x4096x8192          0.896 / 1.021    0.926 / 0.995
+fp8 128x4096x14336         0.867 / 0.992    0.965 / 0.985
+int8 128x4096x14336        1.477 / 1.462    1.643 / 1.451
+bf16 128x1024x4096         0.645 / 0.678    0.737 / 0.749
+bf16 128x2048x4096         0.754 / 0.794    0.836 / 0.816
+bf16 128x2048x14336        0.525 / 0.632    0.682 / 0.700
+=========================  ===============  ===============
 
 At M = 128 one row of 128-row tiles beats two rows of 64 where it fills more than half the SMs
 (N = 14336: 112 tiles of 128 x 128 in one wave against 224 of 64 x 128 in two: fp8 651 against
@@ -157,12 +214,29 @@ int8 32x4096x4096          1.350     1.221
 int8 32x4096x14336         1.643     1.552
 =========================  ========  ========
 
-Those processes timed a cool GPU. Right after 2 s of large matmuls, at the 700 W power cap
-(1455-1800 MHz), the unsplit tile fell to 0.85-0.89 and the 2-CTA K split held 0.95-0.98 (H200,
-2026-11-28, one process, two rounds per state; ratio to the anchor, cool -> hot: bf16 16x4096x14336
-1.03 -> 0.86 unsplit, 0.99 -> 0.97 split; kn 1.01 -> 0.89, 0.95 -> 0.95; fp8 16x4096x14336 1.06 ->
-0.91, 1.02 -> 1.00). ``bench gemm`` runs its rows back to back and so times the hot GPU. The rule
-below still follows the cool measurements; it has not been re-derived hot.
+Those processes timed a cool GPU. ``bench gemm`` runs its rows back to back, at the 700 W power
+cap (1455-1800 MHz), and there the unsplit tile loses where K is long. Re-measured hot and cool
+(H200, 2026-11-28, one process; before each of 4 rounds 0.4 s of 8192^3 bf16 matmuls, "hot", or
+1 s idle, 3 rounds, "cool"; the candidates and the anchor alternated; ratio to the anchor, hot /
+cool; int8 at M = 32, hot only):
+
+=========================  ===============  ===============
+M x N x K                  unsplit          2-CTA K
+=========================  ===============  ===============
+bf16 16x4096x4096          0.991 / 1.080    1.007 / 1.020
+bf16 16x4096x4096 kn       0.961 / 1.059    0.963 / 0.967
+fp8 16x4096x4096           0.922 / 0.984    0.910 / 0.912
+bf16 16x4096x14336         0.832 / 1.039    0.946 / 0.988
+bf16 16x4096x14336 kn      0.824 / 1.009    0.905 / 0.938
+fp8 16x4096x14336          0.918 / 1.052    1.004 / 1.011
+fp8 fast 16x4096x14336     0.958            1.001
+int8 32x4096x4096          1.483            1.369
+int8 32x4096x14336         1.815            1.848
+=========================  ===============  ===============
+
+So the table also splits the K of N / 64 tiles up to half the SMs where K holds at least 96 stages
+of 128 bytes (48 per CTA, ``_KSPLIT_STAGES_SWAPPED``): 5-14 % ahead hot at K = 14336, 1-7 %
+behind cool there; at K = 4096 (64 or 32 stages) the split loses in both states.
 Forced on more tiles it loses more (bf16 16x8192x8192 0.883 against 0.939, 16x14336x4096 0.766
 against 0.938; one process), and 4-CTA clusters took about twice the unsplit time on every shape
 (most likely not all of a persistent grid of 33 clusters of 4 fit the GPCs at once). Where one
@@ -451,6 +525,12 @@ _SWAP_TILES = (
 )
 _SWAP_MAX_M = _SWAP_TILES[-1][0]
 
+# 2-CTA K splits of a grid that is one wave either way (the swapped 64-column tiles at up to half
+# the SMs; 128 x 64 in place of 64 x 64 tiles at M <= 128): the fewest 128-byte K stages per CTA
+# with which the split pays on a power-capped H200 (the module docstring's hot table).
+_KSPLIT_STAGES_SWAPPED = 48
+_KSPLIT_STAGES = 32
+
 
 def _swaps(m: int, batch: int, block_scaled: bool, a_kmajor: bool) -> bool:
     """Whether a call takes a swapped tile: M up to ``_SWAP_MAX_M``, one matrix, a K-major (b's
@@ -461,17 +541,20 @@ def _swaps(m: int, batch: int, block_scaled: bool, a_kmajor: bool) -> bool:
 
 def _wgmma_tile(
     m: int, n: int, batch: int, sms: int, block_scaled: bool, a_kmajor: bool = True,
-    itemsize: int = 2,
+    itemsize: int = 2, *, k: int,
 ) -> str:  # fmt: skip
     """The wgmma variant of one call (the tile table in the module docstring). Shapes that split
     along K (``_split_k``) take ``wg_64x128`` whatever the GPU: the workspace is sized from the
     shape alone. ``itemsize``: bytes per operand element."""
+    stages = math.ceil(k * itemsize / 128)  # 128-byte K stages of the call
     if _swaps(m, batch, block_scaled, a_kmajor):
         rows, tile64, tile128, split2 = next(t for t in _SWAP_TILES if m <= t[0])
         tiles = _tiles(1, m, n, rows, 64)
         if tiles > sms:
             return tile128
-        return split2 if 4 * tiles <= sms else tile64
+        if 4 * tiles <= sms or (2 * tiles <= sms and stages >= 2 * _KSPLIT_STAGES_SWAPPED):
+            return split2
+        return tile64
     if m <= _SPLIT_MAX_M:
         return "wg_64x128"
     # Few tiles: 8192 outputs each, as two consumers of 64 columns for 8-bit operands (faster
@@ -479,7 +562,11 @@ def _wgmma_tile(
     few = "wg_128x64" if itemsize == 1 and not block_scaled else "wg_64x128"
     if m <= 128:
         if _tiles(batch, m, n, 64, 128) <= sms // 2:
-            return "wg_64x64"  # 64 x 128 tiles would leave half the SMs idle
+            # 64 x 128 tiles would leave half the SMs idle: 64 x 64 ones, or as many 128 x 64
+            # tiles whose K a 2-CTA cluster splits where K is long, from 97 rows (at 96 the 64 x
+            # 64 tiles measured faster).
+            split = m > 96 and stages >= 2 * _KSPLIT_STAGES and batch == 1 and not block_scaled
+            return "wg_128x64k2" if split else "wg_64x64"
         if not block_scaled and _tiles(batch, m, n, 128, 128) > sms // 2:
             return "wg_128x128"  # one tile row: fewer, larger tiles where they fill the GPU
         return few
@@ -524,7 +611,7 @@ def _pick(
     if tma_ok and k >= 1:
         if (_tcgen05_enabled() or forced == "tcgen05") and batch == 1:
             order.append("tc_128x256")
-        order.append(_wgmma_tile(m, n, batch, sms, block_scaled, layout[0] == "k", item))
+        order.append(_wgmma_tile(m, n, batch, sms, block_scaled, layout[0] == "k", item, k=k))
     order.append("mma_128x128" if _tiles(batch, m, n, 128, 128) >= sms else "mma_64x64")
     base = f"ak_{op}_{dtype}_"
     for variant in order:
@@ -944,8 +1031,10 @@ def _launch(a: Args) -> list[Launch]:
                 f"(one per grid.z), got {bt.n}; split the batch"
             )
     split = _problem_split(p)
-    if pick.path != "wgmma":
-        split = _Split(1, 0)  # the workspace goes unused
+    if pick.path != "wgmma" or v.get("swap_ab") or int(v.get("ksplit", 1)) > 1:
+        # The workspace goes unused: other paths do not split, and a tile the table (or a test)
+        # takes swapped or K-split inside its cluster ignores the workspace split.
+        split = _Split(1, 0)
     cluster = int(v.get("cluster", 1))
     if pick.path != "mma_sync":
         # Persistent: a whole number of clusters. A multicast cluster stacks its tiles along M
