@@ -1196,6 +1196,27 @@ def test_large_logits(dtype: str, d: int, causal: bool) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("rise", [7.0, 9.0, 60.0])
+def test_max_rising_in_late_key_tiles(dtype: str, d: int, rise: float) -> None:
+    """The first 200 keys' logits lie `rise` (log2 units) above the others', and fa3 walks key
+    tiles from the last to the first: each row's maximum rises after its first tiles, by less
+    than fa3's slack for its reference maximum (probabilities up to 2^7 in P, f16 included) or
+    by more (the reference moves and O and the sum are rescaled). Output and LSE match the
+    reference, causal too (bottom-right: every row sees those keys)."""
+    torch = _torch()
+    dt = getattr(torch, dtype)
+    q = rand(2, 300, 2, d, dtype=dt, scale=0.1)  # the other logits stay within about +-0.1
+    k, v = rand(2, 1000, 2, d, dtype=dt), rand(2, 1000, 2, d, dtype=dt)
+    q[..., 0] = 1.0
+    k[..., 0] = 0.0
+    k[:, :200, :, 0] = rise * math.sqrt(d) / math.log2(math.e)  # the default scale is d^-1/2
+    for causal in (False, True):
+        check(q, k, v, causal=causal)
+
+
+@pytest.mark.gpu
 def test_bitwise_repeatable() -> None:
     torch = _torch()
     q, k, v = (

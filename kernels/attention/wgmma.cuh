@@ -155,6 +155,9 @@ struct Fwd {
   static constexpr int kBarOff = kOOff + (kOTma ? 4 * kConsumers * kWarpOBytes : 0);
   static constexpr int kSmemUsed = kBarOff + (2 * kQBufs + 4 * kStages) * 8 + 1024;  // + align
   static constexpr int kS = kBN / 2, kO = kD / 2, kP = kBN / 4;  // registers per thread
+  // How far (log2 units) a tile's max may pass a row's reference max before the reference moves
+  // (softmax): P then stays below 2^8, well inside f16.
+  static constexpr float kSlack = 8.f;
   // setmaxnreg: 2 consumers x 128 x 232 + 128 x 40 = 64512 of the 64K-register file; 3 x 128 x
   // 160 + 128 x 32 = 65536 (bm 192: S, P and O of a 128-key tile take 128 of the 160).
   static constexpr int kProducerRegs = kConsumers == 2 ? 40 : 32;
@@ -186,6 +189,18 @@ struct Fwd {
           v_full(k_empty + 8 * kStages),
           v_empty(v_full + 8 * kStages) {}
   };
+
+  // This thread's consumer warpgroup (0 .. kConsumers - 1), broadcast from lane 0: the compiler
+  // then knows it is warp-uniform and keeps the Q descriptors made from it, and their per-wgmma
+  // offsets, in uniform registers instead of vector ones next to the softmax's.
+  static __device__ __forceinline__ int consumer_index() {
+    const int wg = static_cast<int>(threadIdx.x / 128) - 1;
+    if constexpr (V::wg_uniform) {
+      return __shfl_sync(~0u, wg, 0);
+    } else {
+      return wg;
+    }
+  }
 
   // The consumer whose turn follows consumer wg's (round-robin).
   static __device__ __forceinline__ int next_of(int wg) {
@@ -317,13 +332,40 @@ struct Fwd {
     return (p.flags & kSoftcap) || !(p.scale_log2 > 0.f);
   }
 
+  // Whether key tile `tile` crosses a bound of the rows [wg_lo, wg_lo + 64) (the keys' end, the
+  // diagonal, a window's edge): the softmax masks scores of such tiles only.
+  static __device__ __forceinline__ bool crosses(const ak_attention_params& p, const Work& w,
+                                                 int tile, int wg_lo) {
+    const int n0 = tile * kBN;
+    const int64_t pos_lo = wg_lo, pos_hi = wg_lo + 63;
+    return n0 + kBN > w.s.sk || n0 < pos_hi + w.shift - p.window_left ||
+           n0 + kBN - 1 > pos_lo + w.shift + p.window_right;
+  }
+
+  // crosses() for the softmax after the next wgmma wait, evaluated ahead of that wait: the empty
+  // asm keeps the compiler from sinking its 64-bit tests past the wait's asm to their use, inside
+  // the softmax, where they sat behind a branch between S landing and P; here ptxas makes them
+  // predicated code beside the wait.
+  static __device__ __forceinline__ bool crosses_ahead(const ak_attention_params& p, const Work& w,
+                                                       int tile, int wg_lo) {
+    uint32_t e = crosses(p, w, tile, wg_lo);
+    asm volatile("" : "+r"(e));
+    return e != 0;
+  }
+
   // Scores of key tile `tile` to probabilities: log2-domain logits, the mask where the tile
-  // crosses a bound of this warpgroup's rows, the running max and sum. alpha: how much the
-  // accumulated O rows shrink. kMap: 1 the scores are mapped, 0 they are not, -1 test p.
+  // crosses a bound of this warpgroup's rows (`edge`: crosses()), the reference max and the sum.
+  // alpha: how much the accumulated O rows shrink. kMap: 1 the scores are mapped, 0 they are
+  // not, -1 test p.
+  //   A row keeps its reference max until a tile's max exceeds it by more than kSlack (log2
+  // units): the row's probabilities then stay below 2^kSlack (f16's P holds them), its sum and
+  // O are relative to the same reference, so O / sum and the LSE (reference + log2(sum)) are the
+  // same up to rounding, and alpha stays exactly 1 on most tiles after a row's first: the O
+  // rescale, kO multiplies per tile, is skipped.
   template <int kMap>
   static __device__ __forceinline__ void softmax(const ak_attention_params& p, const Work& w,
-                                                 int tile, int wg_lo, int row0, float (&s)[kS],
-                                                 float (&mx)[2], float (&sum)[2],
+                                                 int tile, bool edge, int wg_lo, int row0,
+                                                 float (&s)[kS], float (&mx)[2], float (&sum)[2],
                                                  float (&alpha)[2]) {
     const int t4 = threadIdx.x % 4;
     // With a positive scale the scores stay raw (the max commutes with it) and each
@@ -338,24 +380,22 @@ struct Fwd {
     }
     const float sc = mapped ? 1.f : p.scale_log2;
     const int n0 = tile * kBN;
-    const int64_t pos_lo = wg_lo, pos_hi = wg_lo + 63;
-    const bool edge = n0 + kBN > w.s.sk || n0 < pos_hi + w.shift - p.window_left ||
-                      n0 + kBN - 1 > pos_lo + w.shift + p.window_right;
     if (edge) {
       // Per row, the visible columns [lo, hi] of this tile, clamped to it in 64 bits so that
-      // the per-score tests are 32-bit.
+      // the per-score tests are 32-bit, then less this thread's first column 2 t4: each score's
+      // test compares them with a constant.
       int lo[2], hi[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t at = row0 + 8 * h + w.shift - n0;  // the row's aligned key, tile-relative
         const int64_t last = min(at + p.window_right, static_cast<int64_t>(w.s.sk) - 1 - n0);
-        hi[h] = static_cast<int>(max(int64_t{-1}, min(last, int64_t{kBN})));
-        lo[h] = static_cast<int>(max(int64_t{0}, min(at - p.window_left, int64_t{kBN})));
+        hi[h] = static_cast<int>(max(int64_t{-1}, min(last, int64_t{kBN}))) - 2 * t4;
+        lo[h] = static_cast<int>(max(int64_t{0}, min(at - p.window_left, int64_t{kBN}))) - 2 * t4;
       }
 #pragma unroll
       for (int i = 0; i < kS; ++i) {
-        const int col = 8 * (i / 4) + 2 * t4 + (i % 2), h = (i / 2) % 2;
-        if (col < lo[h] || col > hi[h]) s[i] = -INFINITY;
+        const int c = 8 * (i / 4) + (i % 2), h = (i / 2) % 2;  // the score's column less 2 t4
+        if (c < lo[h] || c > hi[h]) s[i] = -INFINITY;
       }
     }
 #pragma unroll
@@ -366,10 +406,14 @@ struct Fwd {
         m0 = fmaxf(m0, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
         if (j + 1 < kBN / 8) m1 = fmaxf(m1, fmaxf(s[4 * j + 4 + 2 * h], s[4 * j + 5 + 2 * h]));
       }
-      const float m = fmaxf(mx[h], quad_max(fmaxf(m0, m1)) * sc);
-      const float ref = m == -INFINITY ? 0.f : m;  // all masked so far: exp2(-inf - 0) = 0
-      alpha[h] = ex2(mx[h] - ref);
-      mx[h] = m;
+      const float m = quad_max(fmaxf(m0, m1)) * sc;
+      // -inf + kSlack is -inf: a row's first tile with a visible key sets its reference. The
+      // reference of a row with every score masked so far stays -inf, and its exponentials take
+      // 0 for it (exp2(-inf - 0) = 0).
+      const bool moved = m > mx[h] + kSlack;
+      const float ref = moved ? m : (mx[h] == -INFINITY ? 0.f : mx[h]);
+      alpha[h] = moved ? ex2(mx[h] - m) : 1.f;
+      mx[h] = moved ? m : mx[h];
       float add0 = 0.f, add1 = 0.f;
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j) {
@@ -403,7 +447,7 @@ struct Fwd {
   static __device__ __forceinline__ void tile(const ak_attention_params& p, const Work& w,
                                               uint32_t smem, uint32_t& it, uint32_t& tq) {
     const Bars bar(smem);
-    const int wg = threadIdx.x / 128 - 1, next = next_of(wg);
+    const int wg = consumer_index(), next = next_of(wg);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
     const int wg_lo = w.m0 + wg * 64;
     const int row0 = wg_lo + warp * 16 + lane / 4;  // and row0 + 8
@@ -455,11 +499,12 @@ struct Fwd {
       issue_s(it % kStages);
       wgmma_commit();
       named_arrive(kTurnBar + next, 256);
+      const bool edge0 = crosses_ahead(p, w, w.t_hi - 1, wg_lo);
       wgmma_wait<0>();
       fence_acc(s);
       release(bar.k_empty + 8 * (it % kStages));
       if (n == 1) release(bar.q_empty + 8 * qi);
-      softmax<kMap>(p, w, w.t_hi - 1, wg_lo, row0, s, mx, sum, alpha);
+      softmax<kMap>(p, w, w.t_hi - 1, edge0, wg_lo, row0, s, mx, sum, alpha);
       to_p();
       for (int i = 1; i < n; ++i) {
         const uint32_t stage = (it + i) % kStages, prev = (it + i - 1) % kStages;
@@ -475,14 +520,15 @@ struct Fwd {
         issue_pv(prev);
         wgmma_commit();
         named_arrive(kTurnBar + next, 256);
+        const bool edge = crosses_ahead(p, w, w.t_hi - 1 - i, wg_lo);
         wgmma_wait<1>();  // S(i) has landed; P(i - 1) V(i - 1) may still run
         fence_acc(s);
         release(bar.k_empty + 8 * stage);
         if (i == n - 1) release(bar.q_empty + 8 * qi);  // the producer may refill this Q buffer
-        softmax<kMap>(p, w, w.t_hi - 1 - i, wg_lo, row0, s, mx, sum, alpha);
-        // Once a row's max settles, alpha is exactly 1 and the rescale is skipped (warp-
-        // uniformly). The branch also keeps the wait for P(i - 1) V(i - 1) behind the softmax:
-        // without one, ptxas hoists the wait above it and the two no longer overlap.
+        softmax<kMap>(p, w, w.t_hi - 1 - i, edge, wg_lo, row0, s, mx, sum, alpha);
+        // Once a row's reference settles (kSlack), alpha is exactly 1 and the rescale is
+        // skipped (warp-uniformly). The branch also keeps the wait for P(i - 1) V(i - 1) behind the
+        // softmax: without one, ptxas hoists the wait above it and the two no longer overlap.
         if (__any_sync(~0u, alpha[0] != 1.f || alpha[1] != 1.f)) {
           wgmma_wait<0>();
           fence_acc(o);
@@ -699,7 +745,7 @@ struct Fwd {
   static __device__ __forceinline__ void tile_deferred(const ak_attention_params& p, const Work& w,
                                                        uint32_t smem, State& st) {
     const Bars bar(smem);
-    const int wg = threadIdx.x / 128 - 1, next = next_of(wg);
+    const int wg = consumer_index(), next = next_of(wg);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
     const int wg_lo = w.m0 + wg * 64;
     const int row0 = wg_lo + warp * 16 + lane / 4;
@@ -740,11 +786,11 @@ struct Fwd {
       bar_wait(bar.v_full + 8 * stage, ((it + i) / kStages) & 1);
       if (varlen) clip_v(w, w.t_hi - 1 - i, smem + kVOff + stage * kKVBytes, wg);
     };
-    auto first = [&]() {
+    auto first = [&](bool edge0) {
       fence_acc(s);
       release(bar.k_empty + 8 * (it % kStages));
       if (n == 1) release(bar.q_empty + 8 * qi);
-      softmax<kMap>(p, w, w.t_hi - 1, wg_lo, row0, s, st.mx, st.sum, alpha);
+      softmax<kMap>(p, w, w.t_hi - 1, edge0, wg_lo, row0, s, st.mx, st.sum, alpha);
     };
     bar_wait(bar.q_full + 8 * qi, (st.tq / kQBufs) & 1);
     bar_wait(bar.k_full + 8 * (it % kStages), (it / kStages) & 1);
@@ -761,8 +807,9 @@ struct Fwd {
       pv_of(smem, (it - 1) % kStages, st);
       wgmma_commit();
       named_arrive(kTurnBar + next, 256);
+      const bool edge0 = crosses_ahead(p, w, w.t_hi - 1, wg_lo);
       wgmma_wait<1>();
-      first();
+      first(edge0);
       wgmma_wait<0>();
       fence_acc(st.o);
       fence_acc(st.pf);
@@ -773,8 +820,9 @@ struct Fwd {
       issue_s(it % kStages);
       wgmma_commit();
       named_arrive(kTurnBar + next, 256);
+      const bool edge0 = crosses_ahead(p, w, w.t_hi - 1, wg_lo);
       wgmma_wait<0>();
-      first();
+      first(edge0);
       to_p();
     }
     for (int i = 1; i < n; ++i) {
@@ -791,11 +839,12 @@ struct Fwd {
       pv_of(smem, prev, st);
       wgmma_commit();
       named_arrive(kTurnBar + next, 256);
+      const bool edge = crosses_ahead(p, w, w.t_hi - 1 - i, wg_lo);
       wgmma_wait<1>();
       fence_acc(s);
       release(bar.k_empty + 8 * stage);
       if (i == n - 1) release(bar.q_empty + 8 * qi);
-      softmax<kMap>(p, w, w.t_hi - 1 - i, wg_lo, row0, s, st.mx, st.sum, alpha);
+      softmax<kMap>(p, w, w.t_hi - 1 - i, edge, wg_lo, row0, s, st.mx, st.sum, alpha);
       if (__any_sync(~0u, alpha[0] != 1.f || alpha[1] != 1.f)) {
         wgmma_wait<0>();
         fence_acc(st.o);
