@@ -86,8 +86,8 @@ int8 1024^3                188      220      [241]    199      135      229
 Where that table takes 64 x 64 tiles (M = 128, N = 4096: 128 of them), as many 128 x 64 tiles
 whose K a 2-CTA cluster splits (``wg_128x64k2``: the same 128 CTAs, each streaming 128 + 64 rows
 of half the K instead of 64 + 64 rows of all of it, a quarter fewer bytes per SM, on two consumers)
-hold up at the power cap where the 64 x 64 tile does not. The probe above, hot / cool (int8 hot
-only; the other tiles of that table lost hot on every row):
+hold up at the power cap where the 64 x 64 tile does not. Measured hot / cool as the swapped
+tiles' K split below (int8 hot only; the other tiles of that table lost hot on every row):
 
 =========================  ===============  ===============
 M x N x K                  wg_64x64         wg_128x64k2
@@ -545,7 +545,8 @@ def _wgmma_tile(
 ) -> str:  # fmt: skip
     """The wgmma variant of one call (the tile table in the module docstring). Shapes that split
     along K (``_split_k``) take ``wg_64x128`` whatever the GPU: the workspace is sized from the
-    shape alone. ``itemsize``: bytes per operand element."""
+    shape alone. ``itemsize``: bytes per operand element; ``k``: the call's K (the K splits
+    inside a cluster need enough 128-byte stages of it)."""
     stages = math.ceil(k * itemsize / 128)  # 128-byte K stages of the call
     if _swaps(m, batch, block_scaled, a_kmajor):
         rows, tile64, tile128, split2 = next(t for t in _SWAP_TILES if m <= t[0])
