@@ -498,6 +498,12 @@ class _Pick(NamedTuple):
     path: str
 
 
+def _k_stages(k: int, itemsize: int) -> int:
+    """The 128-byte K stages of a call (every wgmma variant's k_bytes; the split rules count
+    them)."""
+    return math.ceil(k * itemsize / 128)
+
+
 def _tiles(batch: int, m: int, n: int, bm: int, bn: int) -> int:
     """The bm x bn tiles covering ``batch`` m x n outputs."""
     return batch * math.ceil(m / bm) * math.ceil(n / bn)
@@ -547,7 +553,7 @@ def _wgmma_tile(
     along K (``_split_k``) take ``wg_64x128`` whatever the GPU: the workspace is sized from the
     shape alone. ``itemsize``: bytes per operand element; ``k``: the call's K (the K splits
     inside a cluster need enough 128-byte stages of it)."""
-    stages = math.ceil(k * itemsize / 128)  # 128-byte K stages of the call
+    stages = _k_stages(k, itemsize)
     if _swaps(m, batch, block_scaled, a_kmajor):
         rows, tile64, tile128, split2 = next(t for t in _SWAP_TILES if m <= t[0])
         tiles = _tiles(1, m, n, rows, 64)
@@ -667,7 +673,7 @@ def _split_k(
     int8 = split_dtype(dtype)[0] == "int8"
     if swapped or m > _SPLIT_MAX_M or math.prod(batch) > 1 or int8 or not n:
         return _Split(1, 0)
-    stages = math.ceil(k * ITEMSIZE[split_dtype(dtype)[0]] / 128)
+    stages = _k_stages(k, ITEMSIZE[split_dtype(dtype)[0]])
     tiles = math.ceil(n / 128)
     splits = min(_SPLIT_CTAS // (2 * tiles), stages // _SPLIT_MIN_STAGES, _SPLIT_MAX)
     if m == 0 or splits < 2:
@@ -1032,7 +1038,8 @@ def _launch(a: Args) -> list[Launch]:
                 f"(one per grid.z), got {bt.n}; split the batch"
             )
     split = _problem_split(p)
-    if pick.path != "wgmma" or v.get("swap_ab") or int(v.get("ksplit", 1)) > 1:
+    swapped = bool(v.get("swap_ab", 0))
+    if pick.path != "wgmma" or swapped or int(v.get("ksplit", 1)) > 1:
         # The workspace goes unused: other paths do not split, and a tile the table (or a test)
         # takes swapped or K-split inside its cluster ignores the workspace split.
         split = _Split(1, 0)
@@ -1044,7 +1051,6 @@ def _launch(a: Args) -> list[Launch]:
         grid = (min(tiles * split.splits, fam.device.sm_count // cluster * cluster), 1, 1)
     # The wgmma epilogue stores 16-bit outputs through TMA where d is one TMA-legal matrix (not
     # with split-K: the splits' partials are f32).
-    swapped = bool(v.get("swap_ab", 0))
     tma_store = (
         pick.path == "wgmma"
         and not swapped  # its epilogue writes d transposed from shared memory
