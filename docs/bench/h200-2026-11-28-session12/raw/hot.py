@@ -109,7 +109,7 @@ def main() -> None:
                 y = case.ours(0).float()
                 errs[c] = float(((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item())
                 samples[c] = []
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 print(f"{row} {c} failed: {e}", file=sys.stderr, flush=True)
         force("table")
         plan = next(iter(_op._PLANS.values()), None) if _op._PLANS else None
@@ -120,7 +120,7 @@ def main() -> None:
                 heat(args.heat)
             elif args.idle:
                 time.sleep(args.idle)
-            for c in order[r % len(order):] + order[: r % len(order)]:
+            for c in order[r % len(order) :] + order[: r % len(order)]:
                 if c == "anchor":
                     samples["anchor"] += gpu_samples(case.anchor, args.reps)
                 else:
