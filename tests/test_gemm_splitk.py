@@ -21,7 +21,7 @@ import pytest
 
 import aotkernels as ak
 from aotkernels.ops import gemm
-from helpers.gemm import generator, need_sm90a, poisoned
+from helpers.gemm import ENV, generator, int_operands, need_sm90a, place, poisoned
 from helpers.reference import assert_gemm_near, scaled_mm_ref
 
 # Shapes the table splits (33 <= M <= 64 for a K-major a: smaller M takes the swapped tiles,
@@ -212,11 +212,13 @@ def test_cluster_split_table(
 
 @pytest.fixture
 def cluster_split(monkeypatch: pytest.MonkeyPatch) -> None:
-    """wg_128x64k2 forced for every call the wgmma path takes."""
+    """wg_128x64k2 forced for every call, on the wgmma path (forced too: a call that could not
+    take the tile raises instead of running mma.sync)."""
     from aotkernels.ops import _op
 
     monkeypatch.setattr(gemm, "_wgmma_tile", lambda *args, **kwargs: CLUSTER_SPLIT)
     monkeypatch.setattr(_op, "_PLANS", {})
+    monkeypatch.setenv(ENV, "wgmma")
 
 
 # The table's own pick (128 x 4096 x 14336), two tile rows of 128 with the second nearly empty and
@@ -237,13 +239,7 @@ def test_cluster_split_exact_and_repeatable(
 
     need_sm90a()
     g = generator(m, n, k, 4)
-    av = torch.randint(-3, 4, (m, k), device="cuda", generator=g).to(torch.bfloat16)
-    bv = torch.randint(-3, 4, (k, n), device="cuda", generator=g).to(torch.bfloat16)
-
-    def lay(x: Any, major_k: bool) -> Any:
-        return x.t().contiguous().t() if major_k else x
-
-    a, b = lay(av, layout[0] == "m"), lay(bv, layout[1] == "k")
+    a, b, av, bv = int_operands(m, n, k, "bfloat16", layout, "tma", g)
     bias = torch.randint(-8, 9, (n,), device="cuda", generator=g).to(torch.float32)
     ref = av.double() @ bv.double() + bias.double()
     for out in (torch.float32, torch.bfloat16):
@@ -251,7 +247,7 @@ def test_cluster_split_exact_and_repeatable(
         assert torch.equal(y, ref.to(out))
     rav = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
     rbv = torch.randn(k, n, device="cuda", generator=g).to(torch.bfloat16)
-    ra, rb = lay(rav, layout[0] == "m"), lay(rbv, layout[1] == "k")
+    ra, rb = place(rav, layout[0] == "m", "tma"), place(rbv, layout[1] == "k", "tma")
     first = ak.matmul(ra, rb, torch.float32)
     for _ in range(3):
         assert torch.equal(first, ak.matmul(ra, rb, torch.float32))
