@@ -356,7 +356,7 @@ FA3_TILES = [
     Tile("fa3_d64_defer", "fa3", 0, 64, 128, 128, 384, 165376, 1, masked_only=1),
     Tile("fa3_d64_m192", "fa3", 0, 64, 192, 128, 512, 206336, 1, 2048, 192, 1),
     Tile("fa3_d128_defer", "fa3", 0, 128, 128, 128, 384, 230912, o_tma=1),
-    Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 230912, 1, 1024, o_tma=1),
+    Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 230912, 1, 512, o_tma=1),
     Tile("fa3_d128_n176", "fa3", 0, 128, 128, 176, 384, 214528, 8192),
     Tile("fa3_d256", "fa3", 0, 256, 128, 64, 384, 230912, o_tma=1),
     Tile("fa3_d256_n80", "fa3", 0, 256, 128, 80, 384, 230912, 8192),
@@ -684,8 +684,8 @@ def test_fa3_units_of_192_row_tiles() -> None:
     [
         (64, 2047, "fa3_d64_defer"),
         (64, 2048, "fa3_d64_m192"),
-        (128, 1023, "fa3_d128_defer"),
-        (128, 1024, "fa3_d128"),
+        (128, 511, "fa3_d128_defer"),
+        (128, 512, "fa3_d128"),
         (128, 8191, "fa3_d128"),
         (128, 8192, "fa3_d128_n176"),
         (256, 4096, "fa3_d256"),
@@ -705,10 +705,11 @@ def test_fa3_key_tile_by_key_length(d: int, sk: int, variant: str) -> None:
     ("sk", "causal", "window", "variant"),
     [
         (1, False, None, "fa3_d128"),
-        (1023, False, None, "fa3_d128"),
-        (1023, True, None, "fa3_d128_defer"),
-        (1023, False, (-1, 5), "fa3_d128_defer"),
-        (1024, False, (-1, 5), "fa3_d128"),
+        (511, False, None, "fa3_d128"),
+        (511, True, None, "fa3_d128_defer"),
+        (512, True, None, "fa3_d128"),
+        (511, False, (-1, 5), "fa3_d128_defer"),
+        (512, False, (-1, 5), "fa3_d128"),
         (8192, False, None, "fa3_d128_n176"),
     ],
 )
@@ -716,7 +717,7 @@ def test_fa3_d128_schedule_by_mask_and_lengths(
     sk: int, causal: bool, window: tuple[int, int] | None, variant: str
 ) -> None:
     """d 128: the plain schedule for every call without a mask (min_keys 1 beats the deferred
-    one's 0), the deferred one for masked calls below 1024 keys (min_keys_masked)."""
+    one's 0), the deferred one for masked calls below 512 keys (min_keys_masked)."""
     q, kv = meta((1, 300, 8, 128)), meta((1, sk, 8, 128))
     p = validate_dense(q, kv, kv, causal, None, window, None, False)
     assert configure(p, q.strides, FA3_TILES).tile.name == variant
@@ -1175,6 +1176,22 @@ def test_nan_in_v_propagates() -> None:
     # Earlier rows of the same key tile multiply it by a probability of 0: NaN as well, as in
     # the reference (0 * NaN); rows whose tiles never reach key 57 stay finite.
     assert not causal[0, :, 0].isnan().any() and not causal[0, :, 1, 4:].isnan().any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_nan_in_k_propagates(d: int) -> None:
+    """A NaN in key 5 makes every score of it NaN: the rows that see it are NaN throughout, as
+    in the reference, and no other row is. fa3 walks key tiles from the last, so key 5's tile
+    comes late, where its first columns are exponentiated before the row max (early_exp)."""
+    torch = _torch()
+    q, k, v = (rand(1, 600, 2, d, dtype=torch.bfloat16) for _ in range(3))
+    k[0, 5, 1, 0] = float("nan")
+    out = ak.attention(q, k, v)
+    assert out[0, :, 1].isnan().all() and not out[0, :, 0].isnan().any()
+    causal = ak.attention(q, k, v, causal=True)
+    assert causal[0, 5:, 1].isnan().all()
+    assert not causal[0, :5, 1].isnan().any() and not causal[0, :, 0].isnan().any()
 
 
 @pytest.mark.gpu

@@ -38,6 +38,10 @@
 // its 16 finished rows into staging boxes of its own and one lane hands them to TMA stores, so
 // the warp is back at its next tile's GEMMs while the stores drain (each global store of the
 // register epilogue writes 16 bytes of each of 8 rows).
+//   Variants with `early_exp` exponentiate the first columns of each tile of the key loop
+// against the rows' reference maxima while the tile's max is still being reduced (softmax): after
+// a row's first tile its reference rarely moves (kSlack), and a warp with a row whose reference
+// does move computes those columns again, so the results are the plain order's, bit for bit.
 //   Variants with `map_split` compile the consumer loop twice, with and without the mapping of
 // scores that a softcap or a non-positive scale needs, and pick one copy per launch (consume):
 // in a single copy the mapping (a fast_tanh per score, about half the loop's code) sits
@@ -362,11 +366,13 @@ struct Fwd {
   // O are relative to the same reference, so O / sum and the LSE (reference + log2(sum)) are the
   // same up to rounding, and alpha stays exactly 1 on most tiles after a row's first: the O
   // rescale, kO multiplies per tile, is skipped.
-  template <int kMap>
+  //   kEarly (the key loop's V::early_exp; 0 on a query tile's first key tile, where no row has
+  // a reference yet): the first 8 kEarly columns' probabilities go to e, the rest stay in s.
+  template <int kMap, int kEarly>
   static __device__ __forceinline__ void softmax(const ak_attention_params& p, const Work& w,
                                                  int tile, bool edge, int wg_lo, int row0,
-                                                 float (&s)[kS], float (&mx)[2], float (&sum)[2],
-                                                 float (&alpha)[2]) {
+                                                 float (&s)[kS], float (&e)[kS], float (&mx)[2],
+                                                 float (&sum)[2], float (&alpha)[2]) {
     const int t4 = threadIdx.x % 4;
     // With a positive scale the scores stay raw (the max commutes with it) and each
     // probability is exp2(fma(s, scale, -max)); a softcap or another scale maps them first.
@@ -398,30 +404,89 @@ struct Fwd {
         if (c < lo[h] || c > hi[h]) s[i] = -INFINITY;
       }
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    // The row's max of the tile, times sc.
+    auto row_max = [&](int h) {
       float m0 = -INFINITY, m1 = -INFINITY;  // two chains: half the dependent FMNMX latency
 #pragma unroll
       for (int j = 0; j < kBN / 8; j += 2) {
         m0 = fmaxf(m0, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
         if (j + 1 < kBN / 8) m1 = fmaxf(m1, fmaxf(s[4 * j + 4 + 2 * h], s[4 * j + 5 + 2 * h]));
       }
-      const float m = quad_max(fmaxf(m0, m1)) * sc;
-      // -inf + kSlack is -inf: a row's first tile with a visible key sets its reference. The
-      // reference of a row with every score masked so far stays -inf, and its exponentials take
-      // 0 for it (exp2(-inf - 0) = 0).
-      const bool moved = m > mx[h] + kSlack;
-      const float ref = moved ? m : (mx[h] == -INFINITY ? 0.f : mx[h]);
-      alpha[h] = moved ? ex2(mx[h] - m) : 1.f;
-      mx[h] = moved ? m : mx[h];
-      float add0 = 0.f, add1 = 0.f;
+      return quad_max(fmaxf(m0, m1)) * sc;
+    };
+    // -inf + kSlack is -inf: a row's first tile with a visible key sets its reference. The
+    // reference of a row with every score masked so far stays -inf, and its exponentials take
+    // 0 for it (exp2(-inf - 0) = 0).
+    if constexpr (kEarly == 0) {
 #pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        s[4 * j + 2 * h] = ex2(fmaf(s[4 * j + 2 * h], sc, -ref));
-        s[4 * j + 2 * h + 1] = ex2(fmaf(s[4 * j + 2 * h + 1], sc, -ref));
-        (j % 2 ? add1 : add0) += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+      for (int h = 0; h < 2; ++h) {
+        const float m = row_max(h);
+        const bool moved = m > mx[h] + kSlack;
+        const float ref = moved ? m : (mx[h] == -INFINITY ? 0.f : mx[h]);
+        alpha[h] = moved ? ex2(mx[h] - m) : 1.f;
+        mx[h] = moved ? m : mx[h];
+        float add0 = 0.f, add1 = 0.f;
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+          s[4 * j + 2 * h] = ex2(fmaf(s[4 * j + 2 * h], sc, -ref));
+          s[4 * j + 2 * h + 1] = ex2(fmaf(s[4 * j + 2 * h + 1], sc, -ref));
+          (j % 2 ? add1 : add0) += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+        }
+        sum[h] = sum[h] * alpha[h] + (add0 + add1);
       }
-      sum[h] = sum[h] * alpha[h] + (add0 + add1);
+    } else {
+      // The exponentials of the tile's first 8 kEarly columns go to e (s keeps the scores)
+      // against the rows' current references before the max is known: they keep the MUFU busy
+      // through the max's FMNMX chains and quad shuffles. A warp with a row whose reference
+      // moves computes them again, so every probability, and the sum's order of additions, is
+      // what the plain order gives, bit for bit.
+      static_assert(8 * kEarly <= kBN, "early columns within the tile");
+      float ref[2], add[2][2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) ref[h] = mx[h] == -INFINITY ? 0.f : mx[h];
+      auto early = [&]() {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          add[h][0] = add[h][1] = 0.f;
+#pragma unroll
+          for (int j = 0; j < kEarly; ++j) {
+            const int i = 4 * j + 2 * h;
+            e[i] = ex2(fmaf(s[i], sc, -ref[h]));
+            e[i + 1] = ex2(fmaf(s[i + 1], sc, -ref[h]));
+            add[h][j % 2] += e[i] + e[i + 1];
+          }
+        }
+      };
+      early();
+      bool redo = false;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m = row_max(h);
+        const bool moved = m > mx[h] + kSlack;
+        redo |= moved;
+        ref[h] = moved ? m : ref[h];
+        alpha[h] = moved ? ex2(mx[h] - m) : 1.f;
+        mx[h] = moved ? m : mx[h];
+      }
+      // early_vote: a NaN early sum (from a NaN score) redoes the early columns too, which
+      // changes nothing; what it buys is the vote's dependency on every early exponential, so
+      // that ptxas issues them beside the max's FMNMX chains instead of after the chains.
+      if constexpr (V::early_vote) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) redo |= add[h][0] != add[h][0] || add[h][1] != add[h][1];
+      }
+      if (__any_sync(~0u, redo)) early();
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int j = kEarly; j < kBN / 8; ++j) {
+          const int i = 4 * j + 2 * h;
+          s[i] = ex2(fmaf(s[i], sc, -ref[h]));
+          s[i + 1] = ex2(fmaf(s[i + 1], sc, -ref[h]));
+          add[h][j % 2] += s[i] + s[i + 1];
+        }
+        sum[h] = sum[h] * alpha[h] + (add[h][0] + add[h][1]);
+      }
     }
   }
 
@@ -458,7 +523,7 @@ struct Fwd {
     for (int i = 0; i < kO; ++i) o[i] = 0.f;
     float mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.f, 0.f}, alpha[2];
     if (n > 0) {
-      float s[kS];
+      float s[kS], e[kS];  // e: the loop's early probabilities (V::early_exp)
       uint32_t pf[kP];
       const uint32_t qi = tq % kQBufs;
       const uint64_t qd = smem_desc(smem + qi * kQBytes + wg * 64 * 128, 16, 1024);
@@ -481,9 +546,12 @@ struct Fwd {
       auto release = [&](uint32_t b) {
         if (lane == 0) bar_arrive(b);
       };
-      auto to_p = [&]() {
+      auto to_p = [&](int early) {  // early: softmax's kEarly
 #pragma unroll
-        for (int i = 0; i < kP; ++i) pf[i] = pack2<T>(s[2 * i], s[2 * i + 1]);
+        for (int i = 0; i < kP; ++i) {
+          pf[i] =
+              i < 2 * early ? pack2<T>(e[2 * i], e[2 * i + 1]) : pack2<T>(s[2 * i], s[2 * i + 1]);
+        }
       };
       auto v_ready = [&](int i) {
         const uint32_t stage = (it + i) % kStages;
@@ -504,8 +572,8 @@ struct Fwd {
       fence_acc(s);
       release(bar.k_empty + 8 * (it % kStages));
       if (n == 1) release(bar.q_empty + 8 * qi);
-      softmax<kMap>(p, w, w.t_hi - 1, edge0, wg_lo, row0, s, mx, sum, alpha);
-      to_p();
+      softmax<kMap, 0>(p, w, w.t_hi - 1, edge0, wg_lo, row0, s, e, mx, sum, alpha);
+      to_p(0);
       for (int i = 1; i < n; ++i) {
         const uint32_t stage = (it + i) % kStages, prev = (it + i - 1) % kStages;
         bar_wait(bar.k_full + 8 * stage, ((it + i) / kStages) & 1);
@@ -525,7 +593,7 @@ struct Fwd {
         fence_acc(s);
         release(bar.k_empty + 8 * stage);
         if (i == n - 1) release(bar.q_empty + 8 * qi);  // the producer may refill this Q buffer
-        softmax<kMap>(p, w, w.t_hi - 1 - i, edge, wg_lo, row0, s, mx, sum, alpha);
+        softmax<kMap, V::early_exp>(p, w, w.t_hi - 1 - i, edge, wg_lo, row0, s, e, mx, sum, alpha);
         // Once a row's reference settles (kSlack), alpha is exactly 1 and the rescale is
         // skipped (warp-uniformly). The branch also keeps the wait for P(i - 1) V(i - 1) behind the
         // softmax: without one, ptxas hoists the wait above it and the two no longer overlap.
@@ -541,7 +609,7 @@ struct Fwd {
           fence_acc(pf);
         }
         release(bar.v_empty + 8 * prev);
-        to_p();
+        to_p(V::early_exp);
       }
       const uint32_t last = (it + n - 1) % kStages;
       v_ready(n - 1);
@@ -760,7 +828,7 @@ struct Fwd {
       store_to<true>(p, smem, to, st.o, st.mx, st.sum);
       return;
     }
-    float s[kS], alpha[2];
+    float s[kS], e[kS], alpha[2];  // e: the loop's early probabilities (V::early_exp)
     const uint32_t qi = st.tq % kQBufs, it = st.it;
     const uint64_t qd = smem_desc(smem + qi * kQBytes + wg * 64 * 128, 16, 1024);
     auto release = [&](uint32_t b) {
@@ -777,9 +845,12 @@ struct Fwd {
         }
       }
     };
-    auto to_p = [&]() {
+    auto to_p = [&](int early) {  // early: softmax's kEarly
 #pragma unroll
-      for (int i = 0; i < kP; ++i) st.pf[i] = pack2<T>(s[2 * i], s[2 * i + 1]);
+      for (int i = 0; i < kP; ++i) {
+        st.pf[i] =
+            i < 2 * early ? pack2<T>(e[2 * i], e[2 * i + 1]) : pack2<T>(s[2 * i], s[2 * i + 1]);
+      }
     };
     auto v_ready = [&](int i) {
       const uint32_t stage = (it + i) % kStages;
@@ -790,7 +861,7 @@ struct Fwd {
       fence_acc(s);
       release(bar.k_empty + 8 * (it % kStages));
       if (n == 1) release(bar.q_empty + 8 * qi);
-      softmax<kMap>(p, w, w.t_hi - 1, edge0, wg_lo, row0, s, st.mx, st.sum, alpha);
+      softmax<kMap, 0>(p, w, w.t_hi - 1, edge0, wg_lo, row0, s, e, st.mx, st.sum, alpha);
     };
     bar_wait(bar.q_full + 8 * qi, (st.tq / kQBufs) & 1);
     bar_wait(bar.k_full + 8 * (it % kStages), (it / kStages) & 1);
@@ -814,7 +885,7 @@ struct Fwd {
       fence_acc(st.o);
       fence_acc(st.pf);
       retire(p, smem, st);
-      to_p();
+      to_p(0);
     } else {
       wgmma_fence();
       issue_s(it % kStages);
@@ -823,7 +894,7 @@ struct Fwd {
       const bool edge0 = crosses_ahead(p, w, w.t_hi - 1, wg_lo);
       wgmma_wait<0>();
       first(edge0);
-      to_p();
+      to_p(0);
     }
     for (int i = 1; i < n; ++i) {
       const uint32_t stage = (it + i) % kStages, prev = (it + i - 1) % kStages;
@@ -844,7 +915,8 @@ struct Fwd {
       fence_acc(s);
       release(bar.k_empty + 8 * stage);
       if (i == n - 1) release(bar.q_empty + 8 * qi);
-      softmax<kMap>(p, w, w.t_hi - 1 - i, edge, wg_lo, row0, s, st.mx, st.sum, alpha);
+      softmax<kMap, V::early_exp>(p, w, w.t_hi - 1 - i, edge, wg_lo, row0, s, e, st.mx, st.sum,
+                                  alpha);
       if (__any_sync(~0u, alpha[0] != 1.f || alpha[1] != 1.f)) {
         wgmma_wait<0>();
         fence_acc(st.o);
@@ -857,7 +929,7 @@ struct Fwd {
         fence_acc(st.pf);
       }
       release(bar.v_empty + 8 * prev);
-      to_p();
+      to_p(V::early_exp);
     }
     v_ready(n - 1);  // ready (varlen: clipped) for the next tile's first round
     st.it += n;
