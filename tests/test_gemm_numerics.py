@@ -101,9 +101,27 @@ def test_sm90a_image_picks_wgmma(picks: list[Any]) -> None:
         assert picks[-1].symbol == f"ak_matmul_bf16_{tile}_{layout}", picks[-1]
         assert torch.equal(y, rounded_once(exact_product(av, bv), torch.bfloat16))
     a, b, av, bv = int_operands(4096, 4096, 4096, "float8_e4m3fn", "kk", "dense", gen)
-    y = ak.scaled_mm(a, b, out_dtype=torch.bfloat16)
-    assert picks[-1].symbol == f"ak_scaled_mm_fp8_e4m3_{tile}_kk"
-    assert torch.equal(y, rounded_once(exact_product(av, bv), torch.bfloat16))
+    # fp8 with two-level accumulation takes 128 x 128 tiles from 4096 rows, fast accumulation the
+    # 16-bit operands' tile.
+    for fast, want in ((False, "wg_128x128"), (True, tile)):
+        y = ak.scaled_mm(a, b, out_dtype=torch.bfloat16, use_fast_accum=fast)
+        assert picks[-1].symbol == f"ak_scaled_mm_fp8_e4m3_{want}_kk"
+        assert torch.equal(y, rounded_once(exact_product(av, bv), torch.bfloat16))
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "block", "promoted", "want"),
+    [
+        (4096, 4096, 4096, False, True, "wg_128x128"),
+        (8192, 14336, 4096, False, True, "wg_128x128"),
+        (4096, 4096, 4096, False, False, "wg_128x256"),  # fast accumulation
+        (4096, 4096, 4096, True, False, "wg_128x256"),  # block scales
+        (2048, 2048, 2048, False, True, "wg_128x256"),  # below 4096 rows
+        (1024, 14336, 4096, False, True, "wg_128x128"),  # the fill rule's pick
+    ],
+)
+def test_promoted_table(m: int, n: int, k: int, block: bool, promoted: bool, want: str) -> None:
+    assert gemm._wgmma_tile(m, n, 1, 132, block, True, 1, k=k, promoted=promoted) == want
 
 
 @pytest.mark.gpu

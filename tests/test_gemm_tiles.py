@@ -88,8 +88,9 @@ def test_pick_sm90a(
 @pytest.mark.parametrize(
     ("dtype", "layout", "symbol"),
     [
-        ("float8_e4m3fn", "kk", "ak_scaled_mm_fp8_e4m3_wg_128x256_kk"),
-        ("float8_e5m2", "kk", "ak_scaled_mm_fp8_e5m2_wg_128x256_kk"),
+        # fp8 two-level accumulation from 4096 rows: 128 x 128 tiles
+        ("float8_e4m3fn", "kk", "ak_scaled_mm_fp8_e4m3_wg_128x128_kk"),
+        ("float8_e5m2", "kk", "ak_scaled_mm_fp8_e5m2_wg_128x128_kk"),
         ("int8", "kk", "ak_scaled_mm_int8_wg_128x256_kk"),
         ("float8_e4m3fn", "kn", "ak_scaled_mm_fp8_e4m3_mma_128x128"),  # 8-bit wgmma: kk only
         ("int8", "mk", "ak_scaled_mm_int8_mma_128x128"),
@@ -238,7 +239,7 @@ def test_packed_tensor_maps(fake_gpu: FakeGpu) -> None:
     assert a_map == map2(128, 1, 9, m, k, 2 * m, 64, 64)
     assert b_map == map2(256, 2, 9, k, n, 2 * k, 64, 256)
     fa, fb = ab(m, n, k, "float8_e4m3fn", "kk")
-    ak.scaled_mm(fa, fb, out_dtype="float16")
+    ak.scaled_mm(fa, fb, out_dtype="float16", use_fast_accum=True)  # 128x256 tiles
     a_map, b_map, _ = fake_gpu.last.tmaps
     assert a_map == map2(128, 1, 0, k, m, k, 128, 128)
     assert b_map == map2(256, 2, 0, k, n, k, 128, 256)

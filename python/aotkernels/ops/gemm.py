@@ -374,6 +374,36 @@ fill each other's drains) 128x8192x8192 0.958 / 0.970, 1024^3 0.969 / 0.975. Tri
 were slower than 4 (128x4096x14336: 0.97, 0.94), 2-CTA clusters of 64 x 64 tiles multicasting B
 too (0.962 with trips of 4).
 
+Wider tiles have no registers for a second stage's partial sums: ``wg_128x256`` waits for each
+128-column part's wgmmas and adds them before the next part starts, so each consumer drains the
+wgmma pipeline twice a stage and the other consumer alone keeps the tensor cores busy meanwhile.
+From 4096 rows the table gives promoted calls (fp8 without block scales or fast accumulation)
+``wg_128x128`` instead (``_PROMOTED_NARROW_M``). ncu on an H200 (2026-11-28, one call each,
+clocks free; SM cycles, 128x128 / 128x256 / cuBLAS): fp8 8192^3 1175k / 1203k / 1136k,
+8192x14336x4096 1077k / 1108k / 1040k, 1024x8192x8192 166k / 172k / 153k; the narrower tile
+also read less from DRAM (8192^3: 634 / 732 MB; cuBLAS 527). Forced beside the anchor, hot (the
+K-split tables' probe; run 1: docs/bench/h200-2026-11-28-session12, 3 rounds; run 2:
+docs/bench/h200-2026-11-28-int13, 5 rounds; ratio to ``torch._scaled_mm``, 128x128 / 128x256):
+
+=========================  ============================  ============================
+M x N x K                  run 1                         run 2
+=========================  ============================  ============================
+fp8 4096^3                 0.979 / 0.964                 0.969 / 0.966
+fp8 8192^3                 0.940 / 0.924, 0.970 / 0.936  0.948 / 0.941
+fp8 8192x4096x4096         0.965 / 0.963                 0.975 / 0.969
+fp8 8192x14336x4096        0.974 / 0.914                 0.973 / 0.941
+fp8 8192x4096x14336        0.969 / 0.964                 1.014 / 0.994
+fp8 rowcol 8192^3          0.934 / 0.949                 0.945 / 0.919
+fp8 1024x8192x8192         0.949 / 0.978                 0.990 / 0.975
+fp8 1024x4096x14336        0.924 / 0.918                 0.986 / 0.964
+fp8 2048^3                                               0.941 / 0.958
+fp8 fast 8192^3                                          1.072 / 1.013
+fp8 fast 4096^3                                          0.924 / 0.964
+=========================  ============================  ============================
+
+Below 4096 rows the runs disagree or the wide tile wins, and fast accumulation (no promotion to
+hide) is mixed: those keep the fill rule's pick.
+
 fp8 block scales (DeepSeek-V3's 1 x 128 / 128 x 128) take ``wg_128x256`` on large shapes. Its
 promotion reads each K block's scales from a per-warp ring in shared memory that cp.async fills
 two K blocks ahead (kernels/gemm/wgmma.cuh, ``Ring``); read from global memory at the promotion,
@@ -520,6 +550,11 @@ def _last_wave_fill(tiles: int, sms: int) -> float:
 _FILL_MARGIN = 0.05
 
 
+# fp8 two-level accumulation: from this many rows 128 x 128 tiles (one stage's promotion under
+# the next stage's wgmmas) beat 128 x 256 ones (each 128-column part drained before it is
+# promoted); below it the H200 measurements were mixed (the module docstring).
+_PROMOTED_NARROW_M = 4096
+
 # Swapped tiles (d^T = b^T a^T, the variants whose ``swap_ab`` is set): (rows of M, variant of
 # 64 columns, variant of 128 columns, variant of 64 columns whose 2-CTA cluster splits K), the
 # fewest rows that hold M taken; 128 columns (two consumer warpgroups) where the 64-column tiles
@@ -547,12 +582,13 @@ def _swaps(m: int, batch: int, block_scaled: bool, a_kmajor: bool) -> bool:
 
 def _wgmma_tile(
     m: int, n: int, batch: int, sms: int, block_scaled: bool, a_kmajor: bool = True,
-    itemsize: int = 2, *, k: int,
+    itemsize: int = 2, *, k: int, promoted: bool = False,
 ) -> str:  # fmt: skip
     """The wgmma variant of one call (the tile table in the module docstring). Shapes that split
     along K (``_split_k``) take ``wg_64x128`` whatever the GPU: the workspace is sized from the
     shape alone. ``itemsize``: bytes per operand element; ``k``: the call's K (the K splits
-    inside a cluster need enough 128-byte stages of it)."""
+    inside a cluster need enough 128-byte stages of it); ``promoted``: fp8 two-level
+    accumulation without block scales (``use_fast_accum`` off)."""
     stages = _k_stages(k, itemsize)
     if _swaps(m, batch, block_scaled, a_kmajor):
         rows, tile64, tile128, split2 = next(t for t in _SWAP_TILES if m <= t[0])
@@ -582,6 +618,8 @@ def _wgmma_tile(
         return few  # few tiles: fill the GPU
     if block_scaled:
         return "wg_128x256"
+    if promoted and m >= _PROMOTED_NARROW_M:
+        return "wg_128x128"  # its promotion overlaps the next stage's wgmmas (module docstring)
     narrow = _tiles(batch, m, n, 128, 128)
     if _last_wave_fill(narrow, sms) > _last_wave_fill(wide, sms) + _FILL_MARGIN:
         return "wg_128x128"
@@ -599,9 +637,11 @@ def _pick(
     fam: Any,
     batch: int = 1,
     block_scaled: bool = False,
+    promoted: bool = False,
 ) -> _Pick:
     """The variant for one call (the tile table in the module docstring). ``dtype`` names the
-    entries (``"<a>x<b>"`` for mixed fp8 operands); ``batch`` matrices share the launch."""
+    entries (``"<a>x<b>"`` for mixed fp8 operands); ``batch`` matrices share the launch;
+    ``promoted``: fp8 two-level accumulation (no block scales, ``use_fast_accum`` off)."""
     forced = os.environ.get("AOTKERNELS_GEMM_PATH", "")
     if forced and forced not in _PATHS:
         raise ValueError(f"AOTKERNELS_GEMM_PATH must be one of {', '.join(_PATHS)}, got {forced!r}")
@@ -618,7 +658,11 @@ def _pick(
     if tma_ok and k >= 1:
         if (_tcgen05_enabled() or forced == "tcgen05") and batch == 1:
             order.append("tc_128x256")
-        order.append(_wgmma_tile(m, n, batch, sms, block_scaled, layout[0] == "k", item, k=k))
+        order.append(
+            _wgmma_tile(
+                m, n, batch, sms, block_scaled, layout[0] == "k", item, k=k, promoted=promoted
+            )
+        )
     order.append("mma_128x128" if _tiles(batch, m, n, 128, 128) >= sms else "mma_64x64")
     base = f"ak_{op}_{dtype}_"
     for variant in order:
@@ -1021,7 +1065,9 @@ def _launch(a: Args) -> list[Launch]:
         tma_ok = folds[0] is not None and folds[1] is not None
     c = _loader.constants(FAMILY)
     block = sc.mode_a == c["scale_mode"]["scale_block"]
-    pick = _pick(op, p.entry_dtype, m, n, k, layout, tma_ok, fam, bt.n, block)
+    fast = op == "scaled_mm" and bool(a.attr("use_fast_accum"))
+    promoted = am.dtype in FP8 and not block and not fast
+    pick = _pick(op, p.entry_dtype, m, n, k, layout, tma_ok, fam, bt.n, block, promoted)
     v = fam.variants[pick.variant]
     bit = c["flags"]
     flags = (bit["a_m_major"] if la.major == "m" else 0) | (
@@ -1062,7 +1108,7 @@ def _launch(a: Args) -> list[Launch]:
         and n <= ldd
     )
     flags |= bit["tma_store"] if tma_store else 0
-    if op == "scaled_mm" and a.attr("use_fast_accum"):
+    if fast:
         flags |= bit["fast_accum"]
     args = {
         "d": "out", "a": "a", "b": "b", "ws": "ws" if split.splits > 1 else None,
