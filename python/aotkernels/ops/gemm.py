@@ -143,17 +143,21 @@ At M = 128 one row of 128-row tiles beats two rows of 64 where it fills more tha
 beat one of 128 for 8-bit operands (int8 1024^3 241 against 220), not for bf16 (128x8192x8192:
 404 against 416). Split-K never paid at M = 128 (1 to 4 splits of every variant; the best split
 350 against 376 unsplit at bf16 128x4096x14336, 521 against 588 at fp8): the partials' round
-trip and the second launch cost more than the SMs they add. cuBLAS (its kernel names) runs
-64 x 64 tiles in 2-CTA clusters at N = 4096, 128 x 64 at N = 8192 and 128 x 112 at N = 14336
-(128 CTAs, one wave). A 2-CTA cluster of 64 x 64 tiles multicasting their shared B tile was no
-faster (paired: fp8 128x4096x4096 342 against 347, bf16 259 against 262): not kept. The table
-against the previous one (main at 0614ad2: ``wg_64x128`` wherever 64 x 128 tiles filled more
-than half the SMs), same run, alternating, ratio to the anchor (a second run of the final build
-in brackets): fp8 128x14336x4096 0.84 -> 0.95 (0.83 -> 0.94), bf16 0.93 -> 0.95 (0.88 ->
-0.96), kn 0.89 -> 0.94 (0.90 -> 0.93), int8 1.13 -> 1.25 (1.13 -> 1.24); int8 1024^3 0.95 ->
-1.04 (0.94 -> 1.03), fp8 0.88 -> 0.92 (0.88 -> 0.91); int8 128x8192x8192 1.63 -> 1.68 (1.60 ->
-1.65), fp8 0.94 -> 0.95 (0.94 -> 0.93: within the noise). Every other row of the bench runs the
-kernel it ran before.
+trip and the second launch cost more than the SMs they add. cuBLAS (its kernel names) runs 64 x
+64 tiles in 2-CTA clusters at N = 4096, 128 x 64 at N = 8192 and 128 x 112 at N = 14336 (128
+CTAs, one wave). Built and forced on an H200 (docs/bench/h200-2026-11-28-gemm13), 128 x 112
+tiles were no faster there (bf16 128x14336x4096 0.962 / 0.953 of cuBLAS against 0.969 / 0.954
+for 128 x 128), and 128 x 224 ones at M = 1024 (512 tiles in 4 waves where 128 x 128 takes 7)
+tied 128 x 128 hot (0.922 against 0.923, medians of 4 runs) and led by 2-3 % only cool: neither
+kept. A 2-CTA cluster of 64 x 64 tiles multicasting their shared B tile was no faster (paired:
+fp8 128x4096x4096 342 against 347, bf16 259 against 262): not kept. The table against the
+previous one (main at 0614ad2: ``wg_64x128`` wherever 64 x 128 tiles filled more than half the
+SMs), same run, alternating, ratio to the anchor (a second run of the final build in brackets):
+fp8 128x14336x4096 0.84 -> 0.95 (0.83 -> 0.94), bf16 0.93 -> 0.95 (0.88 -> 0.96), kn 0.89 ->
+0.94 (0.90 -> 0.93), int8 1.13 -> 1.25 (1.13 -> 1.24); int8 1024^3 0.95 -> 1.04 (0.94 -> 1.03),
+fp8 0.88 -> 0.92 (0.88 -> 0.91); int8 128x8192x8192 1.63 -> 1.68 (1.60 -> 1.65), fp8 0.94 ->
+0.95 (0.94 -> 0.93: within the noise). Every other row of the bench runs the kernel it ran
+before.
 
 Swapped tiles (the variants whose ``swap_ab`` is set): the kernel computes d^T = b^T a^T, so N
 runs along wgmma's M (64 rows per consumer warpgroup) and M along its N (n16 / n32). A 64-row
