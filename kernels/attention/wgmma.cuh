@@ -490,6 +490,16 @@ struct Fwd {
     }
   }
 
+  // P's A fragments from softmax's probabilities (pairs rounded to T): the first 2 early pairs
+  // (softmax's kEarly) from e, the rest from s.
+  static __device__ __forceinline__ void to_p(uint32_t (&pf)[kP], const float (&s)[kS],
+                                              const float (&e)[kS], int early) {
+#pragma unroll
+    for (int i = 0; i < kP; ++i) {
+      pf[i] = i < 2 * early ? pack2<T>(e[2 * i], e[2 * i + 1]) : pack2<T>(s[2 * i], s[2 * i + 1]);
+    }
+  }
+
   // Varlen: rows of a V tile past the sequence hold the next sequence's values; zero them (in
   // the consumer's own view: both consumers write the same zeros) before P V reads them.
   static __device__ __forceinline__ void clip_v(const Work& w, int tile, uint32_t v, int wg) {
@@ -546,13 +556,6 @@ struct Fwd {
       auto release = [&](uint32_t b) {
         if (lane == 0) bar_arrive(b);
       };
-      auto to_p = [&](int early) {  // early: softmax's kEarly
-#pragma unroll
-        for (int i = 0; i < kP; ++i) {
-          pf[i] =
-              i < 2 * early ? pack2<T>(e[2 * i], e[2 * i + 1]) : pack2<T>(s[2 * i], s[2 * i + 1]);
-        }
-      };
       auto v_ready = [&](int i) {
         const uint32_t stage = (it + i) % kStages;
         bar_wait(bar.v_full + 8 * stage, ((it + i) / kStages) & 1);
@@ -573,7 +576,7 @@ struct Fwd {
       release(bar.k_empty + 8 * (it % kStages));
       if (n == 1) release(bar.q_empty + 8 * qi);
       softmax<kMap, 0>(p, w, w.t_hi - 1, edge0, wg_lo, row0, s, e, mx, sum, alpha);
-      to_p(0);
+      to_p(pf, s, e, 0);
       for (int i = 1; i < n; ++i) {
         const uint32_t stage = (it + i) % kStages, prev = (it + i - 1) % kStages;
         bar_wait(bar.k_full + 8 * stage, ((it + i) / kStages) & 1);
@@ -609,7 +612,7 @@ struct Fwd {
           fence_acc(pf);
         }
         release(bar.v_empty + 8 * prev);
-        to_p(V::early_exp);
+        to_p(pf, s, e, V::early_exp);
       }
       const uint32_t last = (it + n - 1) % kStages;
       v_ready(n - 1);
@@ -845,13 +848,6 @@ struct Fwd {
         }
       }
     };
-    auto to_p = [&](int early) {  // early: softmax's kEarly
-#pragma unroll
-      for (int i = 0; i < kP; ++i) {
-        st.pf[i] =
-            i < 2 * early ? pack2<T>(e[2 * i], e[2 * i + 1]) : pack2<T>(s[2 * i], s[2 * i + 1]);
-      }
-    };
     auto v_ready = [&](int i) {
       const uint32_t stage = (it + i) % kStages;
       bar_wait(bar.v_full + 8 * stage, ((it + i) / kStages) & 1);
@@ -885,7 +881,7 @@ struct Fwd {
       fence_acc(st.o);
       fence_acc(st.pf);
       retire(p, smem, st);
-      to_p(0);
+      to_p(st.pf, s, e, 0);
     } else {
       wgmma_fence();
       issue_s(it % kStages);
@@ -894,7 +890,7 @@ struct Fwd {
       const bool edge0 = crosses_ahead(p, w, w.t_hi - 1, wg_lo);
       wgmma_wait<0>();
       first(edge0);
-      to_p(0);
+      to_p(st.pf, s, e, 0);
     }
     for (int i = 1; i < n; ++i) {
       const uint32_t stage = (it + i) % kStages, prev = (it + i - 1) % kStages;
@@ -929,7 +925,7 @@ struct Fwd {
         fence_acc(st.pf);
       }
       release(bar.v_empty + 8 * prev);
-      to_p(V::early_exp);
+      to_p(st.pf, s, e, V::early_exp);
     }
     v_ready(n - 1);  // ready (varlen: clipped) for the next tile's first round
     st.it += n;
