@@ -22,7 +22,7 @@ import pytest
 import aotkernels as ak
 from aotkernels.ops import gemm
 from helpers.gemm import ENV, generator, int_operands, need_sm90a, place, poisoned
-from helpers.reference import assert_gemm_near, scaled_mm_ref
+from helpers.reference import assert_gemm_near, f32_sum_bound, scaled_mm_ref
 
 # Shapes the table splits (33 <= M <= 64 for a K-major a: smaller M takes the swapped tiles,
 # which do not split; few 64 x 128 tiles, K of at least 96 stages of 128 bytes), with ragged
@@ -130,7 +130,7 @@ def test_split_vs_unsplit_reference(
     a = av.t().contiguous().t() if layout[0] == "m" else av
     b = bv.t().contiguous().t() if layout[1] == "k" else bv
     ref = av.double() @ bv.double()
-    bound = 2**-23 * ref.abs() + k * 2**-24 * (av.double().abs() @ bv.double().abs())
+    bound = f32_sum_bound(ref, av, bv)
     monkeypatch.delenv("AOTKERNELS_GEMM_PATH", raising=False)
     split = ak.matmul(a, b, torch.float32, out=poisoned((m, n), torch.float32))
     monkeypatch.setenv("AOTKERNELS_GEMM_PATH", "mma_sync")
@@ -252,7 +252,7 @@ def test_cluster_split_exact_and_repeatable(
     for _ in range(3):
         assert torch.equal(first, ak.matmul(ra, rb, torch.float32))
     rref = rav.double() @ rbv.double()
-    bound = 2**-23 * rref.abs() + k * 2**-24 * (rav.double().abs() @ rbv.double().abs())
+    bound = f32_sum_bound(rref, rav, rbv)
     worst = ((first.double() - rref).abs() - bound).max().item()
     assert worst <= 0, f"error exceeds the bound by {worst:g}"
 

@@ -36,7 +36,7 @@ from helpers.gemm import (
     small_ints,
     torch_dtype,
 )
-from helpers.reference import assert_gemm_near, rounded_once, scaled_mm_ref
+from helpers.reference import assert_gemm_near, f32_sum_bound, rounded_once, scaled_mm_ref
 
 # Every swapped variant of arch_matrix.toml, and those whose cluster splits K.
 KSPLIT = ("wg_16x64tk2", "wg_32x64tk2")
@@ -319,7 +319,7 @@ def test_ksplit_exact_and_repeatable(swapped: Forced, m: int, n: int, k: int, la
     for _ in range(3):
         assert torch.equal(first, ak.matmul(ra, rb, torch.float32))
     ref = rav.double() @ rbv.double()
-    bound = 2**-23 * ref.abs() + k * 2**-24 * (rav.double().abs() @ rbv.double().abs())
+    bound = f32_sum_bound(ref, rav, rbv)
     assert ((first.double() - ref).abs() <= bound).all()
     assert swapped.last == swapped.variant
 

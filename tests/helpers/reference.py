@@ -109,6 +109,14 @@ def gemm_bound(ref: Any, absref: Any, out_dtype: Any, in_dtype: str) -> Any:
     return GEMM_OUT_ULP[out] * ref.abs() + GEMM_ACC_BOUND[in_dtype] * absref
 
 
+def f32_sum_bound(ref: Any, av: Any, bv: Any) -> Any:
+    """The error allowed elementwise for an f32 result of av @ bv against the fp64 ``ref``, whatever
+    order its K products were summed in (split or not): one f32 ulp of |ref| plus K * 2**-24 of
+    |av| @ |bv|."""
+    k = av.shape[1]
+    return 2**-23 * ref.abs() + k * 2**-24 * (av.double().abs() @ bv.double().abs())
+
+
 def assert_gemm_near(y: Any, ref: Any, absref: Any, in_dtype: str) -> None:
     """|y - ref| within ``gemm_bound``, and a non-zero result."""
     err = (y.double() - ref).abs()
