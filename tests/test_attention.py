@@ -356,7 +356,8 @@ FA3_TILES = [
     Tile("fa3_d64_defer", "fa3", 0, 64, 128, 128, 384, 165376, 1, masked_only=1),
     Tile("fa3_d64_m192", "fa3", 0, 64, 192, 128, 512, 206336, 1, 2048, 192, 1),
     Tile("fa3_d128_defer", "fa3", 0, 128, 128, 128, 384, 230912, o_tma=1),
-    Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 230912, 1, 512, o_tma=1),
+    Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 230912, 1, 1024, o_tma=1),
+    Tile("fa3_d128_qahead", "fa3", 0, 128, 128, 128, 384, 230912, 512, o_tma=1, masked_only=1),
     Tile("fa3_d128_n176", "fa3", 0, 128, 128, 176, 384, 214528, 8192),
     Tile("fa3_d256", "fa3", 0, 256, 128, 64, 384, 230912, o_tma=1),
     Tile("fa3_d256_n80", "fa3", 0, 256, 128, 80, 384, 230912, 8192),
@@ -685,7 +686,9 @@ def test_fa3_units_of_192_row_tiles() -> None:
         (64, 2047, "fa3_d64_defer"),
         (64, 2048, "fa3_d64_m192"),
         (128, 511, "fa3_d128_defer"),
-        (128, 512, "fa3_d128"),
+        (128, 512, "fa3_d128_qahead"),
+        (128, 1023, "fa3_d128_qahead"),
+        (128, 1024, "fa3_d128"),
         (128, 8191, "fa3_d128"),
         (128, 8192, "fa3_d128_n176"),
         (256, 4096, "fa3_d256"),
@@ -707,9 +710,13 @@ def test_fa3_key_tile_by_key_length(d: int, sk: int, variant: str) -> None:
         (1, False, None, "fa3_d128"),
         (511, False, None, "fa3_d128"),
         (511, True, None, "fa3_d128_defer"),
-        (512, True, None, "fa3_d128"),
+        (512, True, None, "fa3_d128_qahead"),
+        (1023, False, None, "fa3_d128"),
+        (1023, True, None, "fa3_d128_qahead"),
+        (1024, True, None, "fa3_d128"),
         (511, False, (-1, 5), "fa3_d128_defer"),
-        (512, False, (-1, 5), "fa3_d128"),
+        (512, False, (-1, 5), "fa3_d128_qahead"),
+        (1024, False, (-1, 5), "fa3_d128"),
         (8192, False, None, "fa3_d128_n176"),
     ],
 )
@@ -717,7 +724,8 @@ def test_fa3_d128_schedule_by_mask_and_lengths(
     sk: int, causal: bool, window: tuple[int, int] | None, variant: str
 ) -> None:
     """d 128: the plain schedule for every call without a mask (min_keys 1 beats the deferred
-    one's 0), the deferred one for masked calls below 512 keys (min_keys_masked)."""
+    one's 0), the deferred one for masked calls below 512 keys (min_keys_masked), the plain one
+    with Q loaded a tile ahead (masked_only) for masked calls of 512-1023 keys."""
     q, kv = meta((1, 300, 8, 128)), meta((1, sk, 8, 128))
     p = validate_dense(q, kv, kv, causal, None, window, None, False)
     assert configure(p, q.strides, FA3_TILES).tile.name == variant
@@ -982,6 +990,26 @@ def test_query_tiles_of_three_consumers(dtype: str, sq: int, sk: int, causal: bo
     k, v = (rand(2, sk, 2, 64, dtype=dt) for _ in range(2))
     check(q, k, v, causal=causal)
     assert torch.equal(ak.attention(q, k, v, causal=causal), ak.attention(q, k, v, causal=causal))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("window", [None, (500, 0)])
+def test_three_consumers_causal_many_units(window: tuple[int, int] | None) -> None:
+    """Causal d 64 calls on the 192-row query tile (2100 keys, past its min_keys_masked) with
+    twice as many work units as SMs: a consumer passes the key tiles above the diagonal that
+    none of its rows sees (skip_dark) and the last tile's third consumer every one, while the
+    producer loads each tile's Q during the previous one (q_ahead), across the persistent grid;
+    GQA, the LSE, bitwise repeats."""
+    torch = _torch()
+    torch.manual_seed(2100 + (window is None))
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    h, n = 2, 2100
+    b = -(-4 * sms // (11 * h))  # 11 query tiles of 192: 5.5 units per (sequence, head)
+    q = rand(b, n, h, 64, dtype=torch.bfloat16)
+    k, v = (rand(b, n, 1, 64, dtype=torch.bfloat16) for _ in range(2))
+    check(q, k, v, causal=True, window=window)
+    first = ak.attention(q, k, v, causal=True, window=window)
+    assert torch.equal(first, ak.attention(q, k, v, causal=True, window=window))
 
 
 @pytest.mark.gpu

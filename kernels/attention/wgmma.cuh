@@ -46,6 +46,11 @@
 // scores that a softcap or a non-positive scale needs, and pick one copy per launch (consume):
 // in a single copy the mapping (a fast_tanh per score, about half the loop's code) sits
 // inside every softmax behind a branch that plain calls jump over.
+//   Variants with `skip_dark` let a consumer pass the leading key tiles that none of its rows
+// sees (pass_dark: a warpgroup whose rows lie past the sequence, the diagonal tiles above a
+// causal tile's first rows) with only their turns and ring slots; its tile then starts at the
+// first key tile it sees. Variants with `q_ahead` load each tile's Q during the previous tile
+// (produce_ahead), not when the K / V ring reaches the tile.
 //
 // Key tiles are walked from the last to the first, so a causal tile meets its masked key tiles
 // first and the rest run without mask arithmetic. Masks, fully masked rows (0 and an LSE of -inf)
@@ -277,48 +282,89 @@ struct Fwd {
     }
   }
 
+  // Map coordinates (d, head, row, batch) of a tile's TMA boxes, and its key tiles; varlen maps
+  // are [total, H, d] with a unit batch.
+  struct Boxes {
+    int32_t qb, q_row, k_row, head, hk, t_lo, t_hi;
+  };
+
   // One thread issues every TMA box. `it` counts key tiles through the K / V ring across the
   // CTA's tiles, so the next tile's loads start while the consumers finish the current one; Q
-  // waits until both consumers have issued their last S of the previous tile.
+  // waits until both consumers have issued their last S of the previous tile. A tile without
+  // key tiles loads no Q (its consumers never read one).
+  //   q_ahead (two Q buffers): each tile's Q is issued after the previous tile's first V, a whole
+  // tile ahead of its first S, instead of with its own first K / V, when the ring (two or four
+  // key tiles ahead) reaches it: short tiles waited on Q, which comes from DRAM. Its buffer held
+  // the Q of the tile two back, which the consumers give back with that tile's last S: with two
+  // stages about when the ring has room for the previous tile's first V anyway, with four a
+  // little after.
   static __device__ __forceinline__ void produce(const ak_attention_params& p, uint32_t smem) {
+    static_assert(!V::q_ahead || kQBufs == 2, "q_ahead loads a Q while the previous one is read");
     const Bars bar(smem);
     const bool varlen = p.flags & kVarlen;
     uint32_t it = 0, tq = 0;
-    for_each_tile(p, [&](const Work& w) {
-      // Map coordinates (d, head, row, batch); varlen maps are [total, H, d] with a unit batch.
-      const int32_t qb = varlen ? 0 : w.b, q_row = static_cast<int32_t>(w.s.q0) + w.m0;
-      const int32_t k_row = static_cast<int32_t>(w.s.k0);
-      const int n = w.t_hi - w.t_lo;
+    auto load_q = [&](const Boxes& x) {
+      if (x.t_hi == x.t_lo) return;
+      const uint32_t qi = tq % kQBufs, q_full = bar.q_full + 8 * qi;
+      bar_wait(bar.q_empty + 8 * qi, ((tq / kQBufs) & 1) ^ 1);
+      bar_arrive_expect_tx(q_full, kQBytes);
+#pragma unroll
+      for (int j = 0; j < kDB; ++j) {
+        tma_load_4d(smem + qi * kQBytes + j * kBM * 128, &p.tmap_q, q_full, 64 * j, x.head, x.q_row,
+                    x.qb);
+      }
+      ++tq;
+    };
+    // The key tiles of x; with q_ahead, the Q of the tile after it (has_next) after its first V.
+    auto load_kv = [&](const Boxes& x, const Boxes& next, bool has_next) {
+      const int n = x.t_hi - x.t_lo;
       for (int i = 0; i < n; ++i, ++it) {
         const uint32_t stage = it % kStages, phase = (it / kStages) & 1;
-        const int32_t row = k_row + (w.t_hi - 1 - i) * kBN;
+        const int32_t row = x.k_row + (x.t_hi - 1 - i) * kBN;
         // Parity phase ^ 1 passes at once on a fresh barrier: the ring starts empty.
         bar_wait(bar.k_empty + 8 * stage, phase ^ 1);
         bar_arrive_expect_tx(bar.k_full + 8 * stage, kKVBytes);
         const uint32_t k = smem + kKOff + stage * kKVBytes, v = smem + kVOff + stage * kKVBytes;
 #pragma unroll
         for (int j = 0; j < kDB; ++j) {
-          tma_load_4d(k + j * kBN * 128, &p.tmap_k, bar.k_full + 8 * stage, 64 * j, w.hk, row, qb);
+          tma_load_4d(k + j * kBN * 128, &p.tmap_k, bar.k_full + 8 * stage, 64 * j, x.hk, row,
+                      x.qb);
         }
-        if (i == 0) {
-          const uint32_t qi = tq % kQBufs, q_full = bar.q_full + 8 * qi;
-          bar_wait(bar.q_empty + 8 * qi, ((tq / kQBufs) & 1) ^ 1);
-          bar_arrive_expect_tx(q_full, kQBytes);
-#pragma unroll
-          for (int j = 0; j < kDB; ++j) {
-            tma_load_4d(smem + qi * kQBytes + j * kBM * 128, &p.tmap_q, q_full, 64 * j, w.head,
-                        q_row, qb);
-          }
-          ++tq;
-        }
+        if (!V::q_ahead && i == 0) load_q(x);
         bar_wait(bar.v_empty + 8 * stage, phase ^ 1);
         bar_arrive_expect_tx(bar.v_full + 8 * stage, kKVBytes);
 #pragma unroll
         for (int j = 0; j < kDB; ++j) {
-          tma_load_4d(v + j * kBN * 128, &p.tmap_v, bar.v_full + 8 * stage, 64 * j, w.hk, row, qb);
+          tma_load_4d(v + j * kBN * 128, &p.tmap_v, bar.v_full + 8 * stage, 64 * j, x.hk, row,
+                      x.qb);
         }
+        if (V::q_ahead && i == 0 && has_next) load_q(next);
+      }
+      if (V::q_ahead && n == 0 && has_next) load_q(next);
+    };
+    Boxes cur{};
+    bool have = false;
+    for_each_tile(p, [&](const Work& w) {
+      const Boxes x{varlen ? 0 : w.b,
+                    static_cast<int32_t>(w.s.q0) + w.m0,
+                    static_cast<int32_t>(w.s.k0),
+                    w.head,
+                    w.hk,
+                    w.t_lo,
+                    w.t_hi};
+      if constexpr (V::q_ahead) {
+        if (have) {
+          load_kv(cur, x, true);
+        } else {
+          load_q(x);
+        }
+        cur = x;
+        have = true;
+      } else {
+        load_kv(x, x, false);
       }
     });
+    if (V::q_ahead && have) load_kv(cur, cur, false);
   }
 
   // exp2 as the bare MUFU.EX2: exp2f's handling of results below 2^-126 costs three more
@@ -628,6 +674,44 @@ struct Fwd {
       ++tq;
     }
     store(p, smem, w, row0, o, mx, sum);
+  }
+
+  // skip_dark: the leading key tiles of w (the first walked, from t_hi - 1 down) that no row of
+  // consumer wg sees (all of them where its rows lie past the sequence, as in the last 192-row
+  // tile of 512 or 1024 queries; the tiles above the diagonal of a causal 192-row tile's first
+  // rows) are passed without S, softmax or P V: the consumer still takes their turns and frees
+  // their ring slots (each once it has landed, so that no arrival counts toward an earlier
+  // phase), and Q where it passes every tile. Returns their count; tile() runs the rest, from a
+  // first tile of its own. Such a tile adds nothing to the rows: its probabilities are all 0.
+  static __device__ __forceinline__ int pass_dark(const ak_attention_params& p, const Work& w,
+                                                  uint32_t smem, int wg, uint32_t& it,
+                                                  uint32_t& tq) {
+    const Bars bar(smem);
+    const int n = w.t_hi - w.t_lo, wg_lo = w.m0 + wg * 64;
+    int dark = n;
+    if (wg_lo < w.s.sq) {
+      const int64_t row_hi = min(wg_lo + 63, w.s.sq - 1);
+      const int64_t last = min(row_hi + w.shift + p.window_right, static_cast<int64_t>(w.s.sk) - 1);
+      const int64_t lit_hi = last < 0 ? 0 : last / kBN + 1;  // tiles below it hold a seen key
+      dark = static_cast<int>(max(int64_t{0}, min(w.t_hi - lit_hi, static_cast<int64_t>(n))));
+    }
+    const bool lead = threadIdx.x % 32 == 0;
+    for (int i = 0; i < dark; ++i, ++it) {
+      const uint32_t stage = it % kStages, phase = (it / kStages) & 1;
+      bar_wait(bar.k_full + 8 * stage, phase);
+      if (lead) bar_arrive(bar.k_empty + 8 * stage);
+      if (i == n - 1) {
+        const uint32_t qi = tq % kQBufs;
+        bar_wait(bar.q_full + 8 * qi, (tq / kQBufs) & 1);
+        if (lead) bar_arrive(bar.q_empty + 8 * qi);
+        ++tq;
+      }
+      named_sync(kTurnBar + wg, 256);
+      named_arrive(kTurnBar + next_of(wg), 256);
+      bar_wait(bar.v_full + 8 * stage, phase);
+      if (lead) bar_arrive(bar.v_empty + 8 * stage);
+    }
+    return dark;
   }
 
   // The deferred schedule (kDefer): a tile's last P V is issued with the next tile's first S, in
@@ -979,6 +1063,14 @@ struct Fwd {
       st.pend = false;
       for_each_tile(p, [&](const Work& w) { tile_deferred<kMap>(p, w, smem, st); });
       flush(p, smem, st);
+    } else if constexpr (V::skip_dark) {
+      uint32_t it = 0, tq = 0;
+      const int wg = consumer_index();
+      for_each_tile(p, [&](const Work& w) {
+        Work lit = w;
+        lit.t_hi -= pass_dark(p, w, smem, wg, it, tq);
+        tile<kMap>(p, lit, smem, it, tq);
+      });
     } else {
       uint32_t it = 0, tq = 0;
       for_each_tile(p, [&](const Work& w) { tile<kMap>(p, w, smem, it, tq); });

@@ -32,16 +32,24 @@ def main() -> None:
             for kw in ({}, {"causal": True}, {"window": (5, 3)}, {"softcap": 10.0}):
                 close(ak.attention(q, k, v, **kw), reference(q, k, v, **kw)[0], dt)
             close(ak.attention(q[:, :3], k, v), reference(q[:, :3], k, v)[0], dt)  # packed GQA
-        # Three query tiles of 128 per head: a unit of two and one alone, so that a CTA runs two
-        # tiles in a row (fa3's deferred schedule carries a tile's last P V into the next).
-        q = torch.randn(1, 300, 2, 128, device=dev, dtype=dt)
-        k, v = (torch.randn(1, 300, 2, 128, device=dev, dtype=dt) for _ in range(2))
-        close(ak.attention(q, k, v, causal=True), reference(q, k, v, causal=True)[0], dt)
-        # d 64, three query tiles of 192: the last holds 16 rows, so two of its three consumer
-        # warpgroups have no row of the sequence.
-        q = torch.randn(1, 400, 2, 64, device=dev, dtype=dt)
-        k, v = (torch.randn(1, 450, 2, 64, device=dev, dtype=dt) for _ in range(2))
-        close(ak.attention(q, k, v, causal=True), reference(q, k, v, causal=True)[0], dt)
+        # Causal, one sequence of two heads (and, where `plain`, the same without a mask):
+        # - d 128, 300 x 300: three query tiles of 128 per head, a unit of two and one alone, so
+        #   that a CTA runs two tiles in a row (fa3's deferred schedule carries a tile's last P V
+        #   into the next);
+        # - d 64, 400 x 450: three query tiles of 192, the last holding 16 rows, so that two of
+        #   its three consumer warpgroups have no row of the sequence; without a mask it runs on
+        #   the 192-row tile, whose warpgroups without rows pass every key tile (skip_dark) while
+        #   the producer loads each Q a tile ahead (q_ahead);
+        # - d 64, 200 x 2100: the 192-row tile from 2048 keys, consumers passing the key tiles
+        #   above their rows;
+        # - d 128, 300 x 600: masked, 512-1023 keys, Q loaded a tile ahead (fa3_d128_qahead).
+        shapes = ((300, 300, 128, 0), (400, 450, 64, 1), (200, 2100, 64, 0), (300, 600, 128, 0))
+        for sq, sk, d, plain in shapes:
+            q = torch.randn(1, sq, 2, d, device=dev, dtype=dt)
+            k, v = (torch.randn(1, sk, 2, d, device=dev, dtype=dt) for _ in range(2))
+            close(ak.attention(q, k, v, causal=True), reference(q, k, v, causal=True)[0], dt)
+            if plain:
+                close(ak.attention(q, k, v), reference(q, k, v)[0], dt)
         lq, lk = [0, 5, 33, 1], [3, 0, 70, 1]
         cq = torch.tensor([0, 0, 5, 38, 39], device=dev, dtype=torch.int32)
         ck = torch.tensor([0, 3, 3, 73, 74], device=dev, dtype=torch.int32)
