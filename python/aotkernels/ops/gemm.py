@@ -382,7 +382,7 @@ too (0.962 with trips of 4).
 consumer keeps two batches queued behind the one it promotes, so the two consumers' promotions
 leave the tensor cores fewer gaps. Measured on an H200 (2026-11-28, one process, hot as the
 K-split tables above, alternating rounds; ratio to the anchor; "main": the same variant with two
-sets, main's kernels loaded beside this build's, docs/bench/h200-2026-11-28-fp8m14, runs 1-3;
+sets, main's kernels loaded beside this build's, docs/bench/h200-2026-11-28-fp8m14, runs 1-5;
 the same bits on every row; int8 runs the unchanged direct loop, a measure of the noise):
 
 =========================  ======  ======  ======  ===============
@@ -392,11 +392,19 @@ fp8 1024^3 (1)             0.935   0.953
 fp8 1024^3 (2)             0.933   0.962   0.939   0.960
 fp8 1024^3 (2, again)      0.938   0.959
 fp8 1024^3 (3)             0.947   0.952
+fp8 1024^3 (4, 5)          0.928   0.957
+                           0.929   0.950
 fp8 128x8192x8192 (1)      0.940   0.949
 fp8 128x8192x8192 (2)      0.945   0.963   0.937   0.951
 fp8 128x8192x8192 (2b)     0.942   0.959
 fp8 128x8192x8192 (3)      0.940   0.957
-fp8 2048x1024x1024 (3)     0.800   0.824
+fp8 128x8192x8192 (4, 5)   0.942   0.955
+                           0.951   0.963
+fp8 2048x1024x1024 (3, 4)  0.800   0.824
+                           0.808   0.829
+fp8 512x2048x4096 (5)      0.919   0.969
+fp8 128x6144x4096 (5)      0.888   0.929
+fp8 256x1024x8192 (5)      0.657   0.710
 int8 1024^3 (3)            1.011   1.033
 =========================  ======  ======  ======  ===============
 
@@ -408,7 +416,9 @@ with four sets in trips of 8 or two in trips of 8, it tied or lost (fp8 16x4096x
 0.974). Trips of 3 on ``wg_128x128`` spill (24 bytes of stack) and lost (128x14336x4096 0.941 ->
 0.922). With fast accumulation (no promotion to hide) one consumer of 128 columns is the faster
 few-tile form, as for bf16 (``wg_128x64`` / ``wg_64x128``, same runs: fp8 fast 1024^3 0.919 /
-0.934, 0.920 / 0.932, 0.906 / 0.930; 128x8192x8192 0.949 / 0.965), and the table takes it there.
+0.934, 0.920 / 0.932, 0.906 / 0.930, 0.921 / 0.938, 0.926 / 0.942; 128x8192x8192 0.949 / 0.965,
+0.939 / 0.954, 0.949 / 0.962; 512x2048x4096 0.890 / 0.933; 128x6144x4096 0.836 / 0.859;
+256x1024x8192 0.696 / 0.739), and the table takes it there.
 The other forced picks at the bench's rows kept the table's (fp8 1024x4096x4096: 128 x 256 0.958
 / 0.961, 128 x 128 0.954, 128 x 64 0.795; 2048^3 128 x 256 0.956, 128 x 64 0.793;
 1024x14336x4096 0.988 / 0.987; fast 1024x14336x4096 0.877 / 0.875, 1024x8192x8192 0.988 /
