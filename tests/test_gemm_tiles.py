@@ -111,6 +111,9 @@ def test_pick_sm90a_8bit(fake_gpu: FakeGpu, dtype: str, layout: str, symbol: str
         ("int8", 128, 4096, 8064, "none", "wg_64x64"),  # 63 stages
         ("float8_e4m3fn", 128, 8192, 8192, "tensor", "wg_128x64"),  # 8-bit: 2 x 64 columns
         ("int8", 1024, 1024, 1024, "none", "wg_128x64"),
+        ("float8_e4m3fn", 1024, 1024, 1024, "tensor", "wg_128x64"),
+        ("float8_e4m3fn", 128, 8192, 8192, "fast", "wg_64x128"),  # fast accumulation: 1 x 128
+        ("float8_e4m3fn", 1024, 1024, 1024, "fast", "wg_64x128"),
         ("float8_e5m2", 128, 14336, 4096, "tensor", "wg_128x128"),
         ("float8_e4m3fn", 128, 4096, 4096, "block", "wg_64x64"),  # block scales: as before
         ("float8_e4m3fn", 128, 14336, 4096, "block", "wg_64x128"),
@@ -121,15 +124,15 @@ def test_pick_sm90a_8bit_few_tiles(
     fake_gpu: FakeGpu, dtype: str, m: int, n: int, k: int, scales: str, variant: str
 ) -> None:
     """The tile table's picks for 8-bit operands where the tiles are few (M = 128, small
-    squares)."""
+    squares); "fast": per-tensor scales with use_fast_accum."""
     kb, nb = -(-k // 128), -(-n // 128)
     sa = sb = None
-    if scales == "tensor":
+    if scales in ("tensor", "fast"):
         sa, sb = f32((1,), SA_PTR), f32((1,), SB_PTR)
     elif scales == "block":
         sa, sb = f32((m, kb), SA_PTR), f32((nb, kb), SB_PTR)
     out = "int32" if dtype == "int8" else "bfloat16"
-    ak.scaled_mm(*ab(m, n, k, dtype, "kk"), sa, sb, out_dtype=out)
+    ak.scaled_mm(*ab(m, n, k, dtype, "kk"), sa, sb, out_dtype=out, use_fast_accum=scales == "fast")
     assert fake_gpu.last.symbol.endswith(f"_{variant}_kk")
 
 

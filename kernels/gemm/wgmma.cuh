@@ -59,11 +59,12 @@
 // into temporary registers (a wgmma batch per kPart = min(bn, 128) columns, inside one scale_b
 // block) that are waited for and added to the f32 accumulators ("promoted"), with block scales
 // times scale_a(row, kb) * scale_b(col block, kb): the two-level accumulation of DeepSeek-V3. Tiles
-// of at most 128 columns have the registers for two stages' partials and promote one while the
-// other's wgmmas run, in trips of a few stages that drain the wgmma pipeline only at their end
-// (kPromoteTrip); wider tiles promote part by part. Block scales reach each consumer warp
-// through a small ring in shared memory that the warp fills itself with cp.async two K blocks
-// ahead (read from global memory at the promotion, their L2 latency stalled it: see Ring).
+// of at most 128 columns have the registers for two stages' partials (three on wg_128x64, kSets)
+// and promote one while the others' wgmmas run, in trips of a few stages that drain the wgmma
+// pipeline only at their end (kPromoteTrip); wider tiles promote part by part. Block scales
+// reach each consumer warp through a small ring in shared memory that the warp fills itself with
+// cp.async two K blocks ahead (read from global memory at the promotion, their L2 latency
+// stalled it: see Ring).
 // Every stage rather than every few: on an H100, promoting every 256 K made 128x256 tiles 4 %
 // faster and the error of a long K 30 times larger (every 128 K gives the errors of cuBLAS
 // without fast accumulation).
@@ -138,6 +139,14 @@ template <class V, class = void>
 struct KSplit : std::integral_constant<int, 1> {};
 template <class V>
 struct KSplit<V, std::void_t<decltype(V::ksplit)>> : std::integral_constant<int, V::ksplit> {};
+
+// V::promote_sets (the promoted loop's register sets of partial sums; 2 for variants without the
+// field).
+template <class V, class = void>
+struct PromoteSets : std::integral_constant<int, 2> {};
+template <class V>
+struct PromoteSets<V, std::void_t<decltype(V::promote_sets)>>
+    : std::integral_constant<int, V::promote_sets> {};
 
 // ---- distributed shared memory (split-K inside a cluster) ----
 
@@ -310,6 +319,13 @@ struct Kernel {
   // 128 x 64 at 128x8192x8192: 0.96 with 2, 0.97 with 4, trips of 8 lost at K = 1024); 2 for
   // 128 columns, whose registers hold no longer trips (4 and 8 spilled).
   static constexpr int kPromoteTrip = kBN == 64 && !kSwap ? 4 : 2;
+  // Register sets of the promoted loop's partial sums: kSets - 1 stages' batches stay queued
+  // behind the one being promoted (each holds its stage until it retires). 3 on wg_128x64, whose
+  // two consumers then keep the tensor cores fed through each other's promotions (H200, fp8
+  // 1024^3 and 128x8192x8192: 2-3 % faster than 2 sets; 4 sets, trips of 8, and 3 sets on
+  // wg_64x64, wg_128x64k2 or the swapped tiles were not: python/aotkernels/ops/gemm.py).
+  static constexpr int kSets = PromoteSets<V>::value;
+  static_assert(kSets >= 2 && kSets < kStages, "a promoted stage in flight, and one to load");
   // setmaxnreg split of the 64K-register file: the producer keeps the minimum it needs, the
   // consumers (m64 x 256 f32 accumulators = 128 registers, plus fp8 block-scale partials) take
   // 232; 2 consumers + 1 producer warpgroup: 2 * 128 * 232 + 128 * 40 = 64512.
@@ -1007,31 +1023,35 @@ struct Kernel {
     scale_part<kAccum>(r, w, kt, b);
   }
 
-  // kN stages from kt (ring slot `stage`) into two alternating register sets: stage j + 1's
-  // batch is issued before stage j's sums are promoted, so the tensor cores run one batch while
-  // the other is added; the pipeline drains once, at the end (ptxas serializes the wgmmas of a
-  // loop whose back edge a batch crosses, so a trip is straight-line code).
+  // kN stages from kt (ring slot `stage`) into kSets register sets in turn: stage j + kSets - 1's
+  // batch is issued before stage j's sums are promoted, so the tensor cores run the later batches
+  // while one is added; the sums are added in stage order (the same bits whatever kSets); the
+  // pipeline drains once, at the end (ptxas serializes the wgmmas of a loop whose back edge a
+  // batch crosses, so a trip is straight-line code).
   template <int kAccum, int kN>
   static __device__ __forceinline__ void promoted_trip(Ring& r, const Work& w, int32_t kt,
                                                        uint32_t smem, uint32_t full, uint32_t empty,
                                                        int consumer, int& stage, uint32_t& phase,
                                                        float (&acc)[kBN / 2]) {
-    Pending b[2];
-    int held[2];
+    Pending b[kSets];
+    int held[kSets];
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
-      start_part<kAccum>(r, w, kt + j, smem, full, consumer, stage, phase, b[j % 2]);
-      held[j % 2] = stage;
+      start_part<kAccum>(r, w, kt + j, smem, full, consumer, stage, phase, b[j % kSets]);
+      held[j % kSets] = stage;
       advance(stage, phase);
-      if (j > 0) {
-        wgmma_wait<1>();
-        promote<kAccum>(acc, b[(j - 1) % 2], 0);
-        release(empty, held[(j - 1) % 2]);
+      if (j >= kSets - 1) {
+        wgmma_wait<kSets - 1>();
+        promote<kAccum>(acc, b[(j - kSets + 1) % kSets], 0);
+        release(empty, held[(j - kSets + 1) % kSets]);
       }
     }
     wgmma_wait<0>();
-    promote<kAccum>(acc, b[(kN - 1) % 2], 0);
-    release(empty, held[(kN - 1) % 2]);
+#pragma unroll
+    for (int j = kN > kSets - 1 ? kN - kSets + 1 : 0; j < kN; ++j) {
+      promote<kAccum>(acc, b[j % kSets], 0);
+      release(empty, held[j % kSets]);
+    }
   }
 
   // The promoted main loop. Tiles one part wide (kBN == kPart) run kPromoteTrip stages per trip

@@ -24,8 +24,8 @@ tiles fill at most half the SMs            M > 96, one matrix, no block scales, 
                                            least 64 stages of 128 bytes; else ``wg_64x64``
 sm_90a, TMA-legal, M <= 128, no block      ``wg_128x128`` (one tile row)
 scales, 128x128 tiles > SMs/2
-sm_90a, TMA-legal, M <= 128                "few": ``wg_128x64`` (8-bit operands, no block
-                                           scales), else ``wg_64x128``
+sm_90a, TMA-legal, M <= 128                "few": ``wg_128x64`` (int8, and fp8 without block
+                                           scales or fast accumulation), else ``wg_64x128``
 sm_90a, TMA-legal, 128x256 tiles < SMs/2   "few" (fill the GPU)
 sm_90a, TMA-legal, fp8 block scales        ``wg_128x256``
 sm_90a, TMA-legal                          ``wg_128x128`` where its last wave is fuller by
@@ -378,6 +378,53 @@ fill each other's drains) 128x8192x8192 0.958 / 0.970, 1024^3 0.969 / 0.975. Tri
 were slower than 4 (128x4096x14336: 0.97, 0.94), 2-CTA clusters of 64 x 64 tiles multicasting B
 too (0.962 with trips of 4).
 
+``wg_128x64`` holds three stages' partial sums (``promote_sets`` in arch_matrix.toml): each
+consumer keeps two batches queued behind the one it promotes, so the two consumers' promotions
+leave the tensor cores fewer gaps. Measured on an H200 (2026-11-28, one process, hot as the
+K-split tables above, alternating rounds; ratio to the anchor; "main": the same variant with two
+sets, main's kernels loaded beside this build's, docs/bench/h200-2026-11-28-fp8m14, runs 1-5;
+the same bits on every row; int8 runs the unchanged direct loop, a measure of the noise):
+
+=========================  ======  ======  ======  ===============
+M x N x K (run)            main    3 sets  4 sets  3 sets, trips 8
+=========================  ======  ======  ======  ===============
+fp8 1024^3 (1)             0.935   0.953
+fp8 1024^3 (2)             0.933   0.962   0.939   0.960
+fp8 1024^3 (2, again)      0.938   0.959
+fp8 1024^3 (3)             0.947   0.952
+fp8 1024^3 (4, 5)          0.928   0.957
+                           0.929   0.950
+fp8 128x8192x8192 (1)      0.940   0.949
+fp8 128x8192x8192 (2)      0.945   0.963   0.937   0.951
+fp8 128x8192x8192 (2b)     0.942   0.959
+fp8 128x8192x8192 (3)      0.940   0.957
+fp8 128x8192x8192 (4, 5)   0.942   0.955
+                           0.951   0.963
+fp8 2048x1024x1024 (3, 4)  0.800   0.824
+                           0.808   0.829
+fp8 512x2048x4096 (5)      0.919   0.969
+fp8 128x6144x4096 (5)      0.888   0.929
+fp8 256x1024x8192 (5)      0.657   0.710
+int8 1024^3 (3)            1.011   1.033
+=========================  ======  ======  ======  ===============
+
+The deeper queue did not pay elsewhere: on ``wg_128x64k2`` (6 stages, three of them then held by
+the consumer) it lost (fp8 128x4096x14336 0.975 -> 0.911, 128x4096x8192 0.964 -> 0.913); on the
+one consumer of ``wg_64x64`` it tied (fp8 128x4096x4096 0.926 -> 0.923); on the swapped tiles,
+with four sets in trips of 8 or two in trips of 8, it tied or lost (fp8 16x4096x4096 0.905 ->
+0.893 / 0.902, 16x8192x8192 0.966 -> 0.970 / 0.973, ``wg_16x128t`` 16x14336x4096 0.978 ->
+0.974). Trips of 3 on ``wg_128x128`` spill (24 bytes of stack) and lost (128x14336x4096 0.941 ->
+0.922). With fast accumulation (no promotion to hide) one consumer of 128 columns is the faster
+few-tile form, as for bf16 (``wg_128x64`` / ``wg_64x128``, same runs: fp8 fast 1024^3 0.919 /
+0.934, 0.920 / 0.932, 0.906 / 0.930, 0.921 / 0.938, 0.926 / 0.942; 128x8192x8192 0.949 / 0.965,
+0.939 / 0.954, 0.949 / 0.962; 512x2048x4096 0.890 / 0.933; 128x6144x4096 0.836 / 0.859;
+256x1024x8192 0.696 / 0.739), and the table takes it there.
+The other forced picks at the bench's rows kept the table's (fp8 1024x4096x4096: 128 x 256 0.958
+/ 0.961, 128 x 128 0.954, 128 x 64 0.795; 2048^3 128 x 256 0.956, 128 x 64 0.793;
+1024x14336x4096 0.988 / 0.987; fast 1024x14336x4096 0.877 / 0.875, 1024x8192x8192 0.988 /
+0.968; fast 128x4096x4096 ``wg_64x64`` 0.861, ``wg_128x64k2`` 0.843, ``wg_64x128`` 0.810; fast
+16x4096x4096 ``wg_16x64t`` 0.958, ``wg_32x64t`` 0.942, ``wg_16x64tk2`` 0.925).
+
 Wider tiles have no registers for a second stage's partial sums: ``wg_128x256`` waits for each
 128-column part's wgmmas and adds them before the next part starts, so each consumer drains the
 wgmma pipeline twice a stage and the other consumer alone keeps the tensor cores busy meanwhile.
@@ -586,13 +633,14 @@ def _swaps(m: int, batch: int, block_scaled: bool, a_kmajor: bool) -> bool:
 
 def _wgmma_tile(
     m: int, n: int, batch: int, sms: int, block_scaled: bool, a_kmajor: bool = True,
-    itemsize: int = 2, *, k: int, promoted: bool = False,
+    itemsize: int = 2, *, k: int, promoted: bool = False, fast: bool = False,
 ) -> str:  # fmt: skip
     """The wgmma variant of one call (the tile table in the module docstring). Shapes that split
     along K (``_split_k``) take ``wg_64x128`` whatever the GPU: the workspace is sized from the
     shape alone. ``itemsize``: bytes per operand element; ``k``: the call's K (the K splits
     inside a cluster need enough 128-byte stages of it); ``promoted``: fp8 two-level
-    accumulation without block scales (``use_fast_accum`` off)."""
+    accumulation without block scales (``use_fast_accum`` off); ``fast``: fp8 without block
+    scales, ``use_fast_accum`` on (the wgmmas accumulate directly)."""
     stages = _k_stages(k, itemsize)
     if _swaps(m, batch, block_scaled, a_kmajor):
         rows, tile64, tile128, split2 = next(t for t in _SWAP_TILES if m <= t[0])
@@ -604,9 +652,10 @@ def _wgmma_tile(
         return tile64
     if m <= _SPLIT_MAX_M:
         return "wg_64x128"
-    # Few tiles: 8192 outputs each, as two consumers of 64 columns for 8-bit operands (faster
-    # there, slower for bf16: the H200 table in the module docstring), else one of 128.
-    few = "wg_128x64" if itemsize == 1 and not block_scaled else "wg_64x128"
+    # Few tiles: 8192 outputs each, as two consumers of 64 columns for int8 and promoted fp8
+    # (faster there, slower for bf16 and fast fp8: the H200 tables in the module docstring), else
+    # one of 128.
+    few = "wg_128x64" if itemsize == 1 and not block_scaled and not fast else "wg_64x128"
     if m <= 128:
         if _tiles(batch, m, n, 64, 128) <= sms // 2:
             # 64 x 128 tiles would leave half the SMs idle: 64 x 64 ones, or as many 128 x 64
@@ -642,10 +691,12 @@ def _pick(
     batch: int = 1,
     block_scaled: bool = False,
     promoted: bool = False,
+    fast: bool = False,
 ) -> _Pick:
     """The variant for one call (the tile table in the module docstring). ``dtype`` names the
     entries (``"<a>x<b>"`` for mixed fp8 operands); ``batch`` matrices share the launch;
-    ``promoted``: fp8 two-level accumulation (no block scales, ``use_fast_accum`` off)."""
+    ``promoted``: fp8 two-level accumulation (no block scales, ``use_fast_accum`` off);
+    ``fast``: fp8 without block scales, ``use_fast_accum`` on."""
     forced = os.environ.get("AOTKERNELS_GEMM_PATH", "")
     if forced and forced not in _PATHS:
         raise ValueError(f"AOTKERNELS_GEMM_PATH must be one of {', '.join(_PATHS)}, got {forced!r}")
@@ -662,9 +713,10 @@ def _pick(
     if tma_ok and k >= 1:
         if (_tcgen05_enabled() or forced == "tcgen05") and batch == 1:
             order.append("tc_128x256")
+        a_kmajor = layout[0] == "k"
         order.append(
             _wgmma_tile(
-                m, n, batch, sms, block_scaled, layout[0] == "k", item, k=k, promoted=promoted
+                m, n, batch, sms, block_scaled, a_kmajor, item, k=k, promoted=promoted, fast=fast
             )
         )
     order.append("mma_128x128" if _tiles(batch, m, n, 128, 128) >= sms else "mma_64x64")
@@ -1070,8 +1122,10 @@ def _launch(a: Args) -> list[Launch]:
     c = _loader.constants(FAMILY)
     block = sc.mode_a == c["scale_mode"]["scale_block"]
     fast = op == "scaled_mm" and bool(a.attr("use_fast_accum"))
-    promoted = am.dtype in FP8 and not block and not fast
-    pick = _pick(op, p.entry_dtype, m, n, k, layout, tma_ok, fam, bt.n, block, promoted)
+    fp8 = am.dtype in FP8 and not block
+    pick = _pick(
+        op, p.entry_dtype, m, n, k, layout, tma_ok, fam, bt.n, block, fp8 and not fast, fp8 and fast
+    )
     v = fam.variants[pick.variant]
     bit = c["flags"]
     flags = (bit["a_m_major"] if la.major == "m" else 0) | (
