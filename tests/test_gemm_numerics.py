@@ -694,7 +694,9 @@ def _force_tile(monkeypatch: pytest.MonkeyPatch, real: Any, tile: str) -> None:
 # (dtype, layout, scale kind, bias, shape): ragged edges in every dim; the shapes of M = 64 are
 # split along K by the table (the last split and stage partial), (130, 300, 1000) spans tile rows;
 # K = 1400 is 11 stages of 128 (the promoted loop's trips of 4, 4, 2 and 1 stages on 64-column
-# tiles, 2 and 1 on 128-column ones).
+# tiles, 2 and 1 on 128-column ones; the 128-column tiles read their epilogue factors under the
+# last trip's last batch, of 2 or 1 stages). The shapes of 1100 rows give each CTA several tiles;
+# K = 300 and 100 end on a trip of one stage (3 and 1 stages).
 VARIANT_CASES = [
     ("bfloat16", "kk", "none", False, (130, 300, 1000)),
     ("float16", "mn", "none", True, (7, 1000, 129)),
@@ -705,6 +707,8 @@ VARIANT_CASES = [
     ("float8_e4m3fn", "kk", "tensor", True, (130, 300, 1400)),
     ("float8_e4m3fn", "kk", "block", False, (130, 300, 1400)),
     ("float8_e5m2", "kk", "block", False, (64, 1000, 24700)),
+    ("float8_e4m3fn", "kk", "vector", True, (1100, 4000, 300)),
+    ("float8_e4m3fn", "kk", "tensor", True, (1100, 2000, 100)),
     ("int8", "kk", "none", False, (130, 300, 1000)),
 ]
 

@@ -13,11 +13,11 @@
 // Tiles are walked persistently (tile += gridDim.x) in groups of kGroupM tile rows, so the CTAs in
 // flight share A rows and B columns in L2. Epilogue: 16-bit outputs (the host sets kTmaStore and
 // encodes tmap_d) are scaled, biased and rounded in registers (row / column scales and bias read
-// when the tile starts), written to a 128B-swizzled staging area and stored by TMA, 64 x 64 boxes
-// that the consumers leave in flight while they start the next tile's main loop; other outputs
-// (f32, s32, d not TMA-legal) are staged 32 columns at a time and run through the shared
-// ak::gemm::epilogue2 / epilogue2_s32 (bounds-checked coalesced stores). The producer meanwhile
-// prefetches the next tile's stages.
+// when the tile starts or under its last wgmma batch: kEarlyFactors, kLastFactors), written to a
+// 128B-swizzled staging area and stored by TMA, 64 x 64 boxes that the consumers leave in flight
+// while they start the next tile's main loop; other outputs (f32, s32, d not TMA-legal) are
+// staged 32 columns at a time and run through the shared ak::gemm::epilogue2 / epilogue2_s32
+// (bounds-checked coalesced stores). The producer meanwhile prefetches the next tile's stages.
 //
 // Clusters (V::cluster = 2 without V::ksplit, compiled in with __cluster_dims__, so a plain launch
 // whose grid is a multiple of the cluster runs them): the CTAs of a cluster take vertically
@@ -1028,11 +1028,14 @@ struct Kernel {
   // while one is added; the sums are added in stage order (the same bits whatever kSets); the
   // pipeline drains once, at the end (ptxas serializes the wgmmas of a loop whose back edge a
   // batch crosses, so a trip is straight-line code).
+  // With `f`, the tile's epilogue factors are read while its last batch runs (see kLastFactors).
   template <int kAccum, int kN>
   static __device__ __forceinline__ void promoted_trip(Ring& r, const Work& w, int32_t kt,
                                                        uint32_t smem, uint32_t full, uint32_t empty,
                                                        int consumer, int& stage, uint32_t& phase,
-                                                       float (&acc)[kBN / 2]) {
+                                                       float (&acc)[kBN / 2],
+                                                       const ak_gemm_params* p = nullptr,
+                                                       Factors* f = nullptr) {
     Pending b[kSets];
     int held[kSets];
 #pragma unroll
@@ -1045,6 +1048,7 @@ struct Kernel {
         promote<kAccum>(acc, b[(j - kSets + 1) % kSets], 0);
         release(empty, held[(j - kSets + 1) % kSets]);
       }
+      if (f != nullptr && j == kN - 1) *f = tile_factors(*p, w.t, consumer);
     }
     wgmma_wait<0>();
 #pragma unroll
@@ -1061,14 +1065,29 @@ struct Kernel {
   static __device__ __forceinline__ void main_promoted(const ak_gemm_params& p, uint32_t smem,
                                                        uint32_t full, uint32_t empty, int consumer,
                                                        const Work& w, int& stage, uint32_t& phase,
-                                                       int& slot, float (&acc)[kBN / 2]) {
+                                                       int& slot, float (&acc)[kBN / 2],
+                                                       Factors& f) {
     Ring r;
     if constexpr (kAccum == kBlock) {
       r = ring_at(p, smem, consumer, w.t, slot);
       fetch_scales(r, w, w.kt0, slot);
       fetch_scales(r, w, w.kt0 + 1, slot == kScaleSlots - 1 ? 0 : slot + 1);
     }
-    if constexpr (kBN == kPart) {
+    if constexpr (kLastFactors<kAccum>) {
+      // Trips of 2, the last one (2 or 1 stages) reading the factors under its last batch.
+      static_assert(kPromoteTrip == 2, "128-column tiles run trips of 2");
+      int32_t kt = w.kt0;
+      for (; kt + 2 < w.kt1; kt += 2) {
+        promoted_trip<kAccum, 2>(r, w, kt, smem, full, empty, consumer, stage, phase, acc);
+      }
+      if (kt + 2 == w.kt1) {
+        promoted_trip<kAccum, 2>(r, w, kt, smem, full, empty, consumer, stage, phase, acc, &p, &f);
+      } else if (kt < w.kt1) {
+        promoted_trip<kAccum, 1>(r, w, kt, smem, full, empty, consumer, stage, phase, acc, &p, &f);
+      } else {
+        f = tile_factors(p, w.t, consumer);  // no K stages
+      }
+    } else if constexpr (kBN == kPart) {
       int32_t kt = w.kt0;
       for (; kt + kPromoteTrip <= w.kt1; kt += kPromoteTrip) {
         promoted_trip<kAccum, kPromoteTrip>(r, w, kt, smem, full, empty, consumer, stage, phase,
@@ -1195,6 +1214,14 @@ struct Kernel {
   template <int kAccum>
   static constexpr bool kEarlyFactors =
       kAccum == kDirect || kSwap || (kAccum == kPromote && kBN <= 64);
+  // 128 x 128 tiles with two-level accumulation read them under the last wgmma batch of the tile
+  // instead: read after the main loop, each load's L2 round trip (row and column scales change
+  // with every tile) idled both consumers before the epilogue; read when the tile starts, the
+  // first wgmma fence waited for them (and their registers were held all along). (64 x 128 tiles,
+  // not measured that way, keep the read after the loop: there it cost registers.)
+  template <int kAccum>
+  static constexpr bool kLastFactors =
+      kAccum == kPromote && !kSwap && kBN == kPart && kBN > 64 && kConsumers == 2;
 
   template <int kAccum>
   static __device__ __forceinline__ void consume(const ak_gemm_params& p, uint32_t smem,
@@ -1218,9 +1245,11 @@ struct Kernel {
       if constexpr (kAccum == kDirect) {
         main_direct(smem, full, empty, consumer, w, stage, phase, acc);
       } else {
-        main_promoted<kAccum>(p, smem, full, empty, consumer, w, stage, phase, slot, acc);
+        main_promoted<kAccum>(p, smem, full, empty, consumer, w, stage, phase, slot, acc, f);
       }
-      if constexpr (!kEarlyFactors<kAccum>) f = tile_factors(p, w.t, consumer);
+      if constexpr (!kEarlyFactors<kAccum> && !kLastFactors<kAccum>) {
+        f = tile_factors(p, w.t, consumer);
+      }
       if constexpr (kKSplit > 1) {
         if (!leader) {
           send(smem, consumer, rx_phase, acc);

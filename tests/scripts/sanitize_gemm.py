@@ -133,16 +133,17 @@ MODES = {
 }
 
 
-def run_scaled_mm(path: str, m: int, n: int, k: int) -> None:
+def run_scaled_mm(
+    path: str, m: int, n: int, k: int, modes: dict[str, list[str]] | None = None
+) -> None:
     kb, nb = -(-k // 128), -(-n // 128)
-    for dtype in ("float8_e4m3fn", "float8_e5m2", "int8"):
+    for dtype, dtype_modes in (modes or MODES).items():
         for layout in ("kk",) if path == "wgmma" else ("kk", "mn"):
             av, bv = ints((m, k)), ints((k, n))
             a = operand(av, dtype, layout[0] == "m", path == "wgmma")
             b = operand(bv, dtype, layout[1] == "k", path == "wgmma")
             acc = av @ bv
-            modes = MODES[dtype]
-            for mode in modes:
+            for mode in dtype_modes:
                 sa = sb = bias = None
                 ref = acc.astype(np.float64)
                 if mode == "tensor":
@@ -202,6 +203,11 @@ if "wgmma" in paths:
         run_matmul("wgmma", 130, 300, 200)
         run_scaled_mm("wgmma", 130, 300, 200)
         run_matmul("wgmma", 97, 4400, 200)
+    # Two-level accumulation on 128 x 128 tiles (the table's from 4096 rows), 9 K stages: the
+    # epilogue factors are read under the last trip's batch.
+    gemm._wgmma_tile = lambda *args, **kwargs: "wg_128x128"
+    _op._PLANS.clear()
+    run_scaled_mm("wgmma", 260, 600, 1100, {"float8_e4m3fn": ["tensor", "vector"]})
     # The swapped tiles where they may run (a K-major, no block scales): several tile columns
     # along M, the last one partial; the K-split clusters also on 69 tiles (more than the
     # clusters: each leader's receive area is handed back and refilled).

@@ -455,6 +455,20 @@ fp8 fast 4096^3                                          0.924 / 0.964
 Below 4096 rows the runs disagree or the wide tile wins, and fast accumulation (no promotion to
 hide) is mixed: those keep the fill rule's pick.
 
+The 128 x 128 promoted tiles read their epilogue factors (row / column scales, bias) while the
+tile's last wgmma batch runs (kernels/gemm/wgmma.cuh, ``kLastFactors``). Read after the main
+loop, row and column scales (new with every tile) cost an L2 round trip with both consumers idle.
+H200, 2026-11-28, the K-split tables' hot probe, main's install and this build in fresh processes
+alternated (2 each, 3 rounds; median ratio to ``torch._scaled_mm``, main -> now;
+docs/bench/h200-2026-11-28-blk14): rowcol 4096^3 0.925 -> 0.960, rowcol 8192^3 0.950 -> 0.966;
+per-tensor (a scale already in L1) 4096^3 0.980 -> 0.982, 8192x4096x4096 0.976 -> 0.969, 8192^3
+0.983 -> 0.971, 8192x14336x4096 0.966 -> 0.996, within the spread. Measured the same way and not
+kept: the factors read when the tile starts (the first wgmma fence waits for the loads:
+per-tensor 4096^3 0.992 -> 0.927, 8192x4096x4096 0.970 -> 0.915); prefetched into L1 when the
+tile starts (rowcol 0.929 -> 0.913, 0.923 -> 0.921); the second consumer started 4 stages after
+the first so that their epilogues alternate (10-13 % slower on every 128 x 128 row: per-tensor
+4096^3 0.995 -> 0.872).
+
 fp8 block scales (DeepSeek-V3's 1 x 128 / 128 x 128) take ``wg_128x256`` on large shapes. Its
 promotion reads each K block's scales from a per-warp ring in shared memory that cp.async fills
 two K blocks ahead (kernels/gemm/wgmma.cuh, ``Ring``); read from global memory at the promotion,
@@ -473,6 +487,15 @@ The cluster tile stays within the run-to-run spread of ``wg_128x256`` (ahead on 
 rows over the session's builds, behind on 5), so the table keeps the one-CTA tile. In ``bench
 gemm --dtypes fp8`` of the same build the ratio to the anchor went from 0.850 to 0.960 at
 4096^3 and from 0.784 to 0.923 at 8192^3 (docs/bench/h200-2026-11-28-blk10).
+
+Block scales on 128 x 128 tiles stay well behind 128 x 256 (H200, 2026-11-28, hot, ratio to the
+anchor, 4096^3 and 8192^3: 0.85-0.88 against 0.92-0.95). ncu (clocks free, 4096^3): 220k SM
+cycles against 172k for per-tensor scales on the same tile, 52M warp instructions against 39M:
+each K block's scale copy and read adds about 44 instructions per consumer warp and stage to a
+loop whose issue, more than the copies' latency, sets its pace. Copies 5 blocks ahead (rings in
+the idle epilogue staging area) gained 1-3 % on 128 x 128 and lost 4-8 % on 128 x 256; copies
+running on into the next tile's first blocks gained 0-2 % and lost 11-14 % on 128 x 256: neither
+kept.
 
 "TMA-legal": K >= 1, M, N and K below 2**31 (TMA coordinates are 32-bit), both operands
 16-byte aligned with a row stride that is a multiple of 16 bytes (and at least the row), and
