@@ -354,7 +354,10 @@ TILES = [
 FA3_TILES = [
     Tile("fa3_d64", "fa3", 0, 64, 128, 128, 384, 165376),
     Tile("fa3_d64_defer", "fa3", 0, 64, 128, 128, 384, 165376, 1, masked_only=1),
-    Tile("fa3_d64_m192", "fa3", 0, 64, 192, 128, 512, 206336, 1, 2048, 192, 1),
+    Tile("fa3_d64_m192", "fa3", 0, 64, 192, 128, 512, 206336, 1024, 2048, 192, 1),
+    Tile(
+        "fa3_d64_m192_short", "fa3", 0, 64, 192, 128, 512, 206336, 1, None, 192, 1, unmasked_only=1
+    ),
     Tile("fa3_d128_defer", "fa3", 0, 128, 128, 128, 384, 230912, o_tma=1),
     Tile("fa3_d128", "fa3", 0, 128, 128, 128, 384, 230912, 1, 1024, o_tma=1),
     Tile("fa3_d128_qahead", "fa3", 0, 128, 128, 128, 384, 230912, 512, o_tma=1, masked_only=1),
@@ -634,7 +637,7 @@ def test_fa3_refusals() -> None:
 @pytest.mark.parametrize(
     ("d", "variant", "units", "block"),
     [
-        (64, "fa3_d64_m192", 48, 512),  # 6 tiles of 192 rows: 3 pairs
+        (64, "fa3_d64_m192_short", 48, 512),  # 6 tiles of 192 rows: 3 pairs
         (72, "fa3_d128", 64, 384),  # 8 tiles of 128 rows: 4 pairs
         (128, "fa3_d128", 64, 384),
         (136, "fa3_d256", 64, 384),
@@ -734,7 +737,10 @@ def test_fa3_d128_schedule_by_mask_and_lengths(
 @pytest.mark.parametrize(
     ("sq", "sk", "causal", "window", "variant"),
     [
-        (300, 1, False, None, "fa3_d64_m192"),
+        (300, 1, False, None, "fa3_d64_m192_short"),
+        (300, 1023, False, None, "fa3_d64_m192_short"),
+        (300, 1024, False, None, "fa3_d64_m192"),
+        (300, 1023, True, None, "fa3_d64_defer"),
         (300, 2047, True, None, "fa3_d64_defer"),
         (300, 2048, True, None, "fa3_d64_m192"),
         (300, 2047, False, (300, 200), "fa3_d64_defer"),
@@ -752,8 +758,10 @@ def test_fa3_d64_query_tile_by_mask_and_lengths(
 ) -> None:
     """d 64's 192-row query tile: min_keys_masked replaces its min_keys for calls with a causal
     mask or a window on either side; min_queries keeps it from queries shorter than one tile.
-    Below those bounds the deferred 128-row tile runs masked calls (min_keys 1 beats fa3_d64's
-    0) and never one without a mask (masked_only), which fa3_d64 keeps."""
+    Calls without a mask take it without q_ahead below 1024 keys (fa3_d64_m192_short, never
+    a masked call: unmasked_only). Below those bounds the deferred 128-row tile runs masked
+    calls (min_keys 1 beats fa3_d64's 0) and never one without a mask (masked_only), which
+    fa3_d64 keeps."""
     q, kv = meta((1, sq, 8, 64)), meta((1, sk, 8, 64))
     p = validate_dense(q, kv, kv, causal, None, window, None, False)
     assert configure(p, q.strides, FA3_TILES).tile.name == variant

@@ -38,10 +38,10 @@ def main() -> None:
         #   into the next);
         # - d 64, 400 x 450: three query tiles of 192, the last holding 16 rows, so that two of
         #   its three consumer warpgroups have no row of the sequence; without a mask it runs on
-        #   the 192-row tile, whose warpgroups without rows pass every key tile (skip_dark) while
-        #   the producer loads each Q a tile ahead (q_ahead);
+        #   the 192-row tile (fa3_d64_m192_short below 1024 keys), whose warpgroups without rows
+        #   pass every key tile (skip_dark);
         # - d 64, 200 x 2100: the 192-row tile from 2048 keys, consumers passing the key tiles
-        #   above their rows;
+        #   above their rows while the producer loads each Q a tile ahead (q_ahead);
         # - d 128, 300 x 600: masked, 512-1023 keys, Q loaded a tile ahead (fa3_d128_qahead).
         shapes = ((300, 300, 128, 0), (400, 450, 64, 1), (200, 2100, 64, 0), (300, 600, 128, 0))
         for sq, sk, d, plain in shapes:

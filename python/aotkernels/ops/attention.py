@@ -27,8 +27,9 @@ for the calls it takes (``fa3_refusal``: ``attention`` / ``attention_varlen`` wi
 64 .. 256, operands a TMA map can describe, no GQA group short enough for FA2 to pack).
 Variants of one path and head dim may differ in their tiles or schedule: among those whose
 ``min_queries`` (arch_matrix.toml) the query length reaches (``masked_only`` ones only for calls
-with a causal mask or a window), the one with the largest ``min_keys`` (``min_keys_masked`` for
-such calls, where given) that the key length reaches runs (a wider key tile amortizes the
+with a causal mask or a window, ``unmasked_only`` ones only for calls without), the one with the
+largest ``min_keys`` (``min_keys_masked`` for masked calls, where given) that the key length
+reaches runs (a wider key tile amortizes the
 per-tile softmax work on long sequences, and wastes a partial last tile on short ones; fa3's
 ``defer`` schedule saves a fixed cost per query tile, which shows where a query tile has few key
 tiles; fa3's 192-row query tile at d 64 wastes more rows of a short sequence, and more keys above
@@ -107,6 +108,7 @@ class Tile(NamedTuple):
     min_queries: int = 0  # serves query lengths from this one up
     o_tma: int = 0  # fa3: the epilogue can store O through the TMA (tmap_o)
     masked_only: int = 0  # 1: serves only calls with a causal mask or a window
+    unmasked_only: int = 0  # 1: serves only calls without one
 
 
 class Problem(NamedTuple):
@@ -515,6 +517,7 @@ def _tiles(fam: Any, dtype: str) -> list[Tile]:
                 min_queries=int(v.get("min_queries", 0)),
                 o_tma=int(v.get("o_tma", 0)),
                 masked_only=int(v.get("masked_only", 0)),
+                unmasked_only=int(v.get("unmasked_only", 0)),
             )
         )
     out.sort(key=lambda t: (order.index(t.path), t.d))
@@ -523,9 +526,10 @@ def _tiles(fam: Any, dtype: str) -> list[Tile]:
 
 def _pick(p: Problem, tiles: Sequence[Tile], where: str) -> Tile:
     """The first tile (path order, then d) with d' >= the head dim; among those of its path and
-    d whose ``min_queries`` the query length reaches (and not ``masked_only`` for a call without
-    a mask), the one with the largest ``min_keys`` (``min_keys_masked`` for a causal or windowed
-    call) that the key length reaches."""
+    d whose ``min_queries`` the query length reaches (not ``masked_only`` ones for a call without
+    a mask, nor ``unmasked_only`` ones for a call with one), the one with the largest
+    ``min_keys`` (``min_keys_masked`` for a causal or windowed call) that the key length
+    reaches."""
     op, d, dtype = p.op, p.d, p.dtype
     decode = int(op == "attention_decode")
     masked = p.window != (_UNBOUNDED, _UNBOUNDED)
@@ -539,7 +543,9 @@ def _pick(p: Problem, tiles: Sequence[Tile], where: str) -> Tile:
             fits = [
                 u
                 for u in same
-                if least(u) <= p.sk and u.min_queries <= p.sq and (masked or not u.masked_only)
+                if least(u) <= p.sk
+                and u.min_queries <= p.sq
+                and not (u.masked_only if not masked else u.unmasked_only)
             ]
             return max(fits, key=least) if fits else t
     raise NoKernelImageError(
